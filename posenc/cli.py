@@ -1,0 +1,136 @@
+"""The ``posenc`` command line (Typer): train, extrapolate, encoders, tasks."""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from posenc.encoders import ENCODERS
+from posenc.errors import PosencError
+from posenc.progress import console, print_error
+from posenc.tasks import TASKS
+
+app = typer.Typer(
+    help="Compare positional encodings for transformers on length extrapolation.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DEFAULT_RESULTS = Path("results")
+
+
+def fail(message: str) -> None:
+    """Print one error line and exit with status 2."""
+    print_error(message)
+    raise typer.Exit(2)
+
+
+# A plain choice override such as `encoder=rope,alibi` (sweep lists too); anything fancier is left to Hydra.
+_CHOICE = re.compile(r"^(?P<group>encoder|task)=(?P<values>[\w,]+)$")
+
+
+def check_choices(args: list[str]) -> None:
+    """Refuse unknown encoders and tasks in simple overrides before Hydra starts, naming the known ones."""
+    registries = {"encoder": ENCODERS, "task": TASKS}
+    for arg in args:
+        match = _CHOICE.match(arg)
+        if not match:
+            continue
+        registry = registries[match["group"]]
+        for value in match["values"].split(","):
+            if value not in registry:
+                fail(f"unknown {match['group']} '{value}'; known: {', '.join(registry)}")
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+)
+def train(ctx: typer.Context) -> None:
+    """Train one model, or a sweep with -m. Takes Hydra overrides, e.g. `encoder=alibi task=retrieval seed=1`.
+
+    Everything Hydra accepts works: -m/--multirun, hydra/launcher=..., --cfg job, --help.
+    """
+    from posenc.train import hydra_main
+
+    check_choices(ctx.args)
+    sys.argv = ["posenc train", *ctx.args]
+    hydra_main()
+
+
+@app.command()
+def extrapolate(
+    lengths: Annotated[str, typer.Option(help="Comma-separated evaluation lengths.")] = "512,2048,8192",
+    runs: Annotated[
+        Optional[list[Path]],
+        typer.Option("--runs", help="Run directories, or folders holding them (e.g. a sweep). Repeatable."),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Folder for extrapolation.{csv,parquet,md}.")] = DEFAULT_RESULTS,
+    sequences: Annotated[
+        Optional[int], typer.Option(help="Sequences per length (default: ~32k tokens, at least 4).")
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
+) -> None:
+    """Evaluate trained runs at each length and write one tidy table (CSV, Parquet, Markdown)."""
+    from posenc.extrapolate import extrapolate as run_extrapolation
+    from posenc.extrapolate import parse_lengths, write_tables
+    from posenc.io import find_runs
+
+    try:
+        wanted = parse_lengths(lengths)
+        if sequences is not None and sequences < 1:
+            raise PosencError(f"--sequences must be >= 1, got {sequences}")
+        if device not in ("auto", "cpu", "cuda"):
+            raise PosencError(f"--device must be auto, cpu or cuda; got {device!r}")
+        found = find_runs(list(runs) if runs else [DEFAULT_RESULTS])
+        table = run_extrapolation(found, wanted, sequences=sequences, device=device)
+        paths = write_tables(table, out)
+    except PosencError as err:
+        fail(str(err))
+    typer.echo()
+    print_table(table)
+    console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return "—" if math.isnan(value) else f"{value:.3f}"
+    return str(value)
+
+
+def print_table(table) -> None:
+    view = Table(show_lines=False)
+    columns = ["encoder", "task", "train_length", "eval_length", "seed", "loss", "token_accuracy",
+               "exact_match", "n_sequences", "seconds", "note"]  # fmt: skip
+    for col in columns:
+        view.add_column(col.replace("_", " "), justify="left" if col in ("encoder", "task", "note") else "right")
+    for row in table[columns].itertuples(index=False):
+        view.add_row(*(_fmt(v) for v in row))
+    Console(width=None if sys.stdout.isatty() else 200).print(view)
+
+
+@app.command()
+def encoders() -> None:
+    """List the registered positional encoders, one per line."""
+    width = max(map(len, ENCODERS))
+    for key, cls in ENCODERS.items():
+        typer.echo(f"{key:<{width}}  {cls.description}")
+
+
+@app.command()
+def tasks() -> None:
+    """List the registered tasks, one per line."""
+    width = max(map(len, TASKS))
+    for key, cls in TASKS.items():
+        typer.echo(f"{key:<{width}}  {cls.description}")
+
+
+def main() -> None:  # pragma: no cover - console-script shim
+    app()

@@ -1,0 +1,143 @@
+"""Typed run configuration: Hydra's DictConfig is converted to these dataclasses at the boundary.
+
+Every value is type- and range-checked here, so the rest of the code can trust its inputs, and a bad
+override becomes one :class:`~posenc.errors.ConfigError` line naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from posenc.encoders import AttentionShape, build_encoder, check_encoder_name
+from posenc.errors import ConfigError
+from posenc.model import ModelConfig
+from posenc.tasks import TASKS, build_task
+
+MAX_LENGTH = 1 << 20  # longest sequence posenc accepts anywhere: beyond it nothing fits in memory
+
+
+@dataclass
+class EncoderConfig:
+    name: str = "rope"  # registry key, see posenc.encoders.ENCODERS
+    options: dict[str, Any] = field(default_factory=dict)  # encoder-specific keywords (e.g. base)
+
+
+@dataclass
+class TaskConfig:
+    name: str = "copy"  # registry key, see posenc.tasks.TASKS
+    length: int = 64  # training length: the positions the model reads
+    min_length: int = 8  # shortest training length when variable_length is on
+    variable_length: bool = True  # each batch draws its length uniformly from [min_length, length]
+    options: dict[str, Any] = field(default_factory=dict)  # task-specific keywords (e.g. n_symbols)
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 1500  # optimizer steps
+    batch_size: int = 32  # sequences per step
+    lr: float = 3e-3  # peak AdamW learning rate, after warmup; cosine decay to lr/10
+    weight_decay: float = 0.01  # AdamW decoupled weight decay
+    warmup_steps: int = 100  # linear warmup from 0
+    grad_clip: float = 1.0  # max global gradient norm
+    eval_sequences: int = 256  # sequences for the final in-distribution evaluation
+    log_every: int = 50  # steps between progress/log updates
+
+
+@dataclass
+class RunConfig:
+    encoder: EncoderConfig
+    task: TaskConfig
+    model: ModelConfig
+    train: TrainConfig
+    seed: int = 0  # seeds model init and the data stream
+    device: str = "auto"  # auto (cuda when present) | cpu | cuda
+    progress: bool = True  # live progress bar (switched off for parallel and cluster launchers)
+
+    def build(self):
+        """The task, the encoder and the model this config describes (checks all cross-field rules)."""
+        from posenc.model import Transformer
+
+        task = build_task(self.task.name, self.task.options)
+        model_cfg = dataclasses.replace(self.model, vocab_size=task.vocab_size)
+        model_cfg.validate()
+        encoder = build_encoder(
+            self.encoder.name, AttentionShape(model_cfg.d_model, model_cfg.n_heads), self.task.length,
+            self.encoder.options,
+        )
+        shortest = self.task.min_length if self.task.variable_length else self.task.length
+        if shortest < task.min_length:
+            raise ConfigError(
+                f"task '{task.key}' needs sequences of at least {task.min_length} tokens, "
+                f"but task.{'min_length' if self.task.variable_length else 'length'} is {shortest}"
+            )
+        return task, encoder, Transformer(model_cfg, encoder)
+
+
+def _typed(cls: type, values: dict[str, Any], where: str, extra_to: str | None = None):
+    """Build dataclass ``cls`` from ``values``, checking each field's type.
+
+    Keys that are not fields go into the field ``extra_to`` if given, else raise.
+    """
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in hints or key == extra_to:
+            if extra_to is None:
+                raise ConfigError(f"unknown config key '{where}.{key}'")
+            extra[key] = value
+            continue
+        want = hints[key]
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if want in (int, float, str, bool) and type(value) is not want:
+            raise ConfigError(f"{where}.{key} must be of type {want.__name__}, got {value!r}")
+        kwargs[key] = value
+    if extra_to is not None:
+        kwargs[extra_to] = extra
+    return cls(**kwargs)
+
+
+def _positive(where: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{where} must be > 0, got {value}")
+
+
+def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
+    """Convert a resolved config mapping (as composed by Hydra) into a checked :class:`RunConfig`."""
+    known = {"encoder", "task", "model", "train", "seed", "device", "progress", "paths", "hydra"}
+    for key in cfg:
+        if key not in known:
+            raise ConfigError(f"unknown config key '{key}'")
+    for group in ("encoder", "task", "model", "train"):
+        if not isinstance(cfg.get(group), dict):
+            raise ConfigError(f"config group '{group}' is missing or not a mapping")
+    encoder = _typed(EncoderConfig, cfg["encoder"], "encoder", extra_to="options")
+    task = _typed(TaskConfig, cfg["task"], "task", extra_to="options")
+    model = _typed(ModelConfig, cfg["model"], "model")
+    train = _typed(TrainConfig, cfg["train"], "train")
+    top = {k: cfg[k] for k in ("seed", "device", "progress") if k in cfg}
+    seed, device, progress = top.get("seed", 0), top.get("device", "auto"), top.get("progress", True)
+    if type(seed) is not int or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    if device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"device must be one of auto, cpu, cuda; got {device!r}")
+    if type(progress) is not bool:
+        raise ConfigError(f"progress must be true or false, got {progress!r}")
+
+    check_encoder_name(encoder.name)
+    if task.name not in TASKS:
+        raise ConfigError(f"unknown task '{task.name}'; known tasks: {', '.join(TASKS)}")
+    if not 1 <= task.length <= MAX_LENGTH:
+        raise ConfigError(f"task.length must be between 1 and {MAX_LENGTH}, got {task.length}")
+    if task.variable_length and not 1 <= task.min_length <= task.length:
+        raise ConfigError(f"task.min_length must be in [1, task.length={task.length}], got {task.min_length}")
+    for key in ("steps", "batch_size", "eval_sequences", "log_every"):
+        _positive(f"train.{key}", getattr(train, key))
+    _positive("train.lr", train.lr)
+    if train.warmup_steps < 0 or train.weight_decay < 0 or train.grad_clip < 0:
+        raise ConfigError("train.warmup_steps, train.weight_decay and train.grad_clip must be >= 0")
+    return RunConfig(encoder, task, model, train, seed=seed, device=device, progress=progress)

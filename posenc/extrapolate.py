@@ -1,0 +1,112 @@
+"""Length extrapolation: evaluate trained runs at exact lengths and write one tidy table."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from posenc import io as run_io
+from posenc.config import MAX_LENGTH
+from posenc.errors import PosencError, PositionRangeError
+from posenc.evaluate import default_sequences, evaluate
+from posenc.progress import make_progress
+
+COLUMNS = [
+    "run", "encoder", "task", "train_length", "eval_length", "seed",
+    "loss", "token_accuracy", "exact_match", "n_sequences", "seconds", "note",
+]  # fmt: skip
+TABLE_STEM = "extrapolation"
+
+
+def parse_lengths(text: str) -> list[int]:
+    """``"512,2048,8192"`` -> ``[512, 2048, 8192]``; anything else raises a one-line :class:`PosencError`."""
+    lengths = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise PosencError(f"--lengths: {part!r} is not a positive integer (expected e.g. 512,2048,8192)")
+        value = int(part)
+        if not 1 <= value <= MAX_LENGTH:
+            raise PosencError(f"--lengths: {value} is out of range; lengths must be in 1..{MAX_LENGTH}")
+        lengths.append(value)
+    return sorted(set(lengths))
+
+
+def _describe(run: Path, root: Path) -> str:
+    try:
+        return str(run.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(run)
+
+
+def extrapolate(
+    runs: list[Path],
+    lengths: list[int],
+    *,
+    sequences: int | None = None,
+    device: str = "auto",
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Evaluate every run at every length; one row per (run, length), columns :data:`COLUMNS`.
+
+    Args:
+        runs: run directories (see :func:`posenc.io.find_runs`).
+        lengths: evaluation lengths.
+        sequences: sequences per length; default :func:`posenc.evaluate.default_sequences`.
+        device: ``auto``, ``cpu`` or ``cuda``.
+
+    A length the encoder cannot represent (a learned table too short) gives NaN metrics and a note.
+    """
+    from posenc.train import resolve_device
+
+    dev = resolve_device(device)
+    rows = []
+    cwd = Path.cwd()
+    with make_progress(progress, fields="{task.fields[current]}") as bar:
+        job = bar.add_task("extrapolate", total=len(runs) * len(lengths), current="")
+        for run in runs:
+            cfg, task, model = run_io.load_run(run, dev)
+            for length in lengths:
+                bar.update(job, current=f"{cfg.encoder.name}/{cfg.task.name} @ {length}")
+                n = sequences or default_sequences(length)
+                row = {
+                    "run": _describe(run, cwd), "encoder": cfg.encoder.name, "task": cfg.task.name,
+                    "train_length": cfg.task.length, "eval_length": length, "seed": cfg.seed,
+                    "loss": math.nan, "token_accuracy": math.nan, "exact_match": math.nan,
+                    "n_sequences": 0, "seconds": 0.0, "note": "",
+                }
+                start = time.perf_counter()
+                try:
+                    model.encoder.check_positions(length)
+                    if length < task.min_length:
+                        raise PositionRangeError(f"task '{task.key}' needs length >= {task.min_length}")
+                    row.update(evaluate(model, task, length, n))
+                except PositionRangeError as err:
+                    row["note"] = str(err)
+                except torch.OutOfMemoryError:
+                    row["note"] = f"out of memory at length {length}"
+                row["seconds"] = round(time.perf_counter() - start, 3)
+                rows.append(row)
+                bar.advance(job)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def write_tables(table: pd.DataFrame, out_dir: Path, stem: str = TABLE_STEM) -> list[Path]:
+    """Write ``table`` as CSV, Parquet and Markdown into ``out_dir``, each file atomically."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PosencError(f"--out is not a directory: {out_dir}")
+    paths = [out_dir / f"{stem}.{ext}" for ext in ("csv", "parquet", "md")]
+    csv_path, parquet_path, md_path = paths
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        run_io.atomic_write_text(csv_path, table.to_csv(index=False))
+        run_io.atomic_write(parquet_path, lambda f: table.to_parquet(f, index=False))
+        run_io.atomic_write_text(md_path, table.to_markdown(index=False, floatfmt=".4f") + "\n")
+    except OSError as err:
+        raise PosencError(f"cannot write tables to {out_dir}: {err.strerror or err}") from err
+    return paths

@@ -1,0 +1,237 @@
+"""Positional-encoding formulas as pure functions.
+
+This module is posenc's public formula API: the names and signatures below are a stable contract.
+Every function is stateless, documents its tensor shapes, accepts float32 and float64 inputs and keeps
+their dtype and device. The modules in :mod:`posenc.encoders` are thin wrappers around these.
+
+Layout convention for rotary encodings: the RoFormer layout, where dimension pair ``j`` of a head is
+``(x[..., 2j], x[..., 2j+1])`` (Su et al. 2021, eq. 15), not the "rotate_half" layout of GPT-NeoX/Llama.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "sinusoidal_table",
+    "alibi_slopes",
+    "alibi_bias",
+    "rope_inv_freq",
+    "ntk_base",
+    "rope_angles",
+    "apply_rope",
+    "xpos_zeta",
+    "apply_xpos",
+]
+
+
+def _float_dtype(t: Tensor) -> torch.dtype:
+    """The dtype to compute in for ``t``: its own if floating point, else float32."""
+    return t.dtype if t.is_floating_point() else torch.float32
+
+
+def sinusoidal_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """Sinusoidal position table of Vaswani et al. 2017 ("Attention Is All You Need", §3.5).
+
+    ``p[i, 2t] = sin(positions[i] / base**(2t/dim))`` and ``p[i, 2t+1] = cos(positions[i] / base**(2t/dim))``.
+    For an odd ``dim`` the last column is the sine of the next frequency.
+
+    Args:
+        positions: ``[seq]`` positions (integer or floating point).
+        dim: width of each row (the model dimension), ``>= 1``.
+        base: wavelength base; 10000 in the paper.
+
+    Returns:
+        ``[seq, dim]`` table, in ``positions``' dtype if floating point (else float32), on its device.
+    """
+    if dim < 1:
+        raise ValueError(f"sinusoidal_table: dim must be >= 1, got {dim}")
+    dtype = _float_dtype(positions)
+    # Compute angles in float64 so large positions (8192+) keep full fp32 accuracy after the cast.
+    pos = positions.to(torch.float64)
+    two_t = torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device)  # [ceil(dim/2)]
+    angles = pos[:, None] / base ** (two_t / dim)  # [seq, ceil(dim/2)]
+    table = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # [seq, 2*ceil(dim/2)]
+    return table[:, :dim].to(dtype)
+
+
+def alibi_slopes(
+    num_heads: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> Tensor:
+    """Per-head ALiBi slopes of Press et al. 2022 ("Train Short, Test Long", §3 and their reference code).
+
+    For ``n`` a power of two the slopes are the geometric sequence ``2**(-8/n * (i+1))`` for
+    ``i = 0..n-1`` (8 heads: 1/2, 1/4, ..., 1/256). Otherwise, with ``c`` the largest power of two
+    below ``n``, the slopes are those of ``c`` heads followed by every other slope of ``2c`` heads
+    (the odd-indexed ones, ``2**(-8/(2c) * (2i+1))``) until ``n`` slopes are collected.
+
+    Args:
+        num_heads: number of attention heads, ``>= 1``.
+
+    Returns:
+        ``[num_heads]`` slopes.
+    """
+    if num_heads < 1:
+        raise ValueError(f"alibi_slopes: num_heads must be >= 1, got {num_heads}")
+
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8.0 / n * (i + 1)) for i in range(n)]
+
+    c = 2 ** math.floor(math.log2(num_heads))
+    slopes = power_of_two(c) + power_of_two(2 * c)[0::2][: num_heads - c]
+    return torch.tensor(slopes, dtype=dtype, device=device)
+
+
+def alibi_bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+    """ALiBi's additive attention-score bias ``-slope_h * (i - j)`` (Press et al. 2022, eq. in §3).
+
+    Defined for causal attention (``j <= i``); entries with ``j > i`` are left for the causal mask.
+
+    Args:
+        slopes: ``[n_h]`` per-head slopes (see :func:`alibi_slopes`).
+        q_positions: ``[s_q]`` query positions ``i``.
+        k_positions: ``[s_k]`` key positions ``j``.
+
+    Returns:
+        ``[n_h, s_q, s_k]`` bias in ``slopes``' dtype.
+    """
+    distance = (q_positions[:, None] - k_positions[None, :]).to(slopes.dtype)  # [s_q, s_k]
+    return -slopes[:, None, None] * distance
+
+
+def rope_inv_freq(
+    head_dim: int,
+    base: float = 10000.0,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """RoPE inverse frequencies ``theta_j = base**(-2j/head_dim)``, ``j = 0..head_dim/2-1`` (RoFormer eq. 15).
+
+    Args:
+        head_dim: per-head dimension; must be even (RoPE rotates pairs of dimensions).
+        base: frequency base; 10000 in RoFormer.
+
+    Returns:
+        ``[head_dim // 2]`` inverse frequencies.
+    """
+    if head_dim < 2 or head_dim % 2:
+        raise ValueError(f"rope_inv_freq: head_dim must be even and >= 2, got {head_dim}")
+    two_j = torch.arange(0, head_dim, 2, dtype=torch.float64)
+    return (base ** (-two_j / head_dim)).to(dtype=dtype, device=device)
+
+
+def ntk_base(base: float, head_dim: int, factor: float) -> float:
+    """NTK-aware rescaled RoPE base ``base * factor**(head_dim / (head_dim - 2))`` (bloc97, 2023).
+
+    Stretching the base this way leaves the highest frequency (j=0) unchanged and slows the lowest one
+    (j = head_dim/2 - 1) by exactly ``factor``, interpolating smoothly in between; ``factor = 1`` is plain
+    RoPE. Source: "NTK-Aware Scaled RoPE allows LLaMA models to have extended (8k+) context size without
+    any fine-tuning" (reddit r/LocalLLaMA, 2023), as formalised in the YaRN paper (Peng et al. 2023, §3.1).
+
+    Args:
+        base: the RoPE base the model was trained with.
+        head_dim: per-head dimension, ``> 2``.
+        factor: context extension factor ``s = L' / L``, ``> 0``.
+    """
+    if head_dim <= 2:
+        raise ValueError(f"ntk_base: head_dim must be > 2, got {head_dim}")
+    if not factor > 0:
+        raise ValueError(f"ntk_base: factor must be > 0, got {factor}")
+    return float(base) * float(factor) ** (head_dim / (head_dim - 2))
+
+
+def rope_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
+    """Rotation angles ``positions[m] * inv_freq[j]``, computed in float64 for accuracy at long lengths.
+
+    Args:
+        positions: ``[seq]``.
+        inv_freq: ``[head_dim // 2]``.
+
+    Returns:
+        ``[seq, head_dim // 2]`` float64 angles on ``inv_freq``'s device.
+    """
+    return torch.outer(positions.to(torch.float64), inv_freq.to(torch.float64))
+
+
+def apply_rope(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
+    """Rotary position embedding of Su et al. 2021 (RoFormer, eq. 34), RoFormer pair layout.
+
+    Rotates each pair ``(x[..., 2j], x[..., 2j+1])`` at sequence index ``m`` by the angle
+    ``positions[m] * inv_freq[j]``. Rotation preserves norms, and ``<rope(q)_m, rope(k)_n>`` depends on
+    the positions only through ``m - n``.
+
+    Args:
+        x: ``[..., seq, head_dim]``, e.g. ``[b, n_h, s, h_d]``; ``head_dim == 2 * len(inv_freq)``.
+        positions: ``[seq]``.
+        inv_freq: ``[head_dim // 2]`` (see :func:`rope_inv_freq`).
+
+    Returns:
+        Tensor of ``x``'s shape, dtype and device.
+    """
+    if x.shape[-1] != 2 * inv_freq.shape[-1]:
+        raise ValueError(
+            f"apply_rope: head_dim {x.shape[-1]} != 2 * len(inv_freq) = {2 * inv_freq.shape[-1]}"
+        )
+    angles = rope_angles(positions, inv_freq)  # [s, h_d/2]
+    return _rotate_pairs(x, angles.cos().to(x.dtype), angles.sin().to(x.dtype))
+
+
+def _rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs ``(x[2j], x[2j+1])`` by angles given as ``cos``/``sin`` of shape ``[s, h_d/2]``."""
+    pairs = x.unflatten(-1, (-1, 2))  # [..., s, h_d/2, 2]
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+
+def xpos_zeta(head_dim: int, gamma: float = 0.4, *, dtype: torch.dtype = torch.float64) -> Tensor:
+    """xPos per-pair decay bases ``zeta_j = (2j/head_dim + gamma) / (1 + gamma)`` (Sun et al. 2023, §3.2).
+
+    Returns:
+        ``[head_dim // 2]`` values in ``(0, 1)``.
+    """
+    two_j = torch.arange(0, head_dim, 2, dtype=torch.float64)
+    return ((two_j / head_dim + gamma) / (1.0 + gamma)).to(dtype)
+
+
+def apply_xpos(
+    q: Tensor,
+    k: Tensor,
+    positions: Tensor,
+    inv_freq: Tensor,
+    gamma: float = 0.4,
+    scale_base: float = 512.0,
+) -> tuple[Tensor, Tensor]:
+    """Extrapolatable position embedding xPos (Sun et al. 2023, "A Length-Extrapolatable Transformer", eq. 11).
+
+    RoPE (see :func:`apply_rope`) plus a per-pair scale: pair ``j`` of the query at position ``m`` is
+    multiplied by ``zeta_j**(m/scale_base)`` and of the key at ``n`` by ``zeta_j**(-n/scale_base)``, so
+    each pair's contribution to ``q_m . k_n`` carries ``zeta_j**((m-n)/scale_base)``, which decays with
+    distance. Positions are centred on the middle of ``positions`` before scaling (as in the authors'
+    torchscale code) to keep both factors near 1; the score is unchanged by that offset.
+
+    Args:
+        q: ``[..., seq, head_dim]`` queries.
+        k: ``[..., seq, head_dim]`` keys.
+        positions: ``[seq]``, shared by ``q`` and ``k``.
+        inv_freq: ``[head_dim // 2]``.
+        gamma: zeta offset; 0.4 in the paper.
+        scale_base: decay length scale; 512 in the paper.
+
+    Returns:
+        ``(q, k)`` with their input shapes, dtypes and devices.
+    """
+    head_dim = q.shape[-1]
+    pos = positions.to(torch.float64)
+    centre = (pos.max() + pos.min()) / 2 if pos.numel() else pos.sum()
+    power = (pos - centre) / scale_base  # [s]
+    zeta = xpos_zeta(head_dim, gamma).to(pos.device)  # [h_d/2]
+    scale = zeta[None, :] ** power[:, None]  # [s, h_d/2]
+    angles = rope_angles(positions, inv_freq)  # [s, h_d/2]
+    cos, sin = angles.cos(), angles.sin()
+    q_out = _rotate_pairs(q, (cos * scale).to(q.dtype), (sin * scale).to(q.dtype))
+    k_out = _rotate_pairs(k, (cos / scale).to(k.dtype), (sin / scale).to(k.dtype))
+    return q_out, k_out

@@ -1,0 +1,160 @@
+"""One small pre-norm decoder-only transformer, with the positional encoder injected into it.
+
+The structure follows nanoGPT (token embedding -> blocks of causal self-attention and MLP -> final norm ->
+LM head tied to the embedding). Position information enters only through the encoder's hooks (see
+:mod:`posenc.encoders`); nothing here depends on which encoder it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posenc.encoders import AttentionShape, PositionalEncoder
+from posenc.errors import ConfigError
+
+# Queries per block when an encoder adds a score bias: the bias for one block is [n_h, block, s_k],
+# so memory stays linear in the sequence length instead of a whole [b, n_h, s, s] tensor.
+BIAS_QUERY_BLOCK = 512
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 18  # set from the task's vocabulary
+    d_model: int = 128  # residual stream width
+    n_layers: int = 2  # transformer blocks; two suffice for induction-style copy and recall
+    n_heads: int = 4  # attention heads per block; head_dim = d_model / n_heads
+    d_mlp: int = 512  # hidden width of each MLP (4 x d_model, as in GPT-2)
+    dropout: float = 0.0  # synthetic tasks have unlimited data, so no regularisation by default
+
+    def validate(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_mlp"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
+            )
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def shape(self) -> AttentionShape:
+        return AttentionShape(self.d_model, self.n_heads)
+
+
+def causal_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    positions: Tensor,
+    encoder: PositionalEncoder,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """Causal scaled dot-product attention, with the encoder's score bias if it has one.
+
+    Args:
+        q, k, v: ``[b, n_h, s, h_d]``.
+        positions: ``[s]``.
+        encoder: supplies ``score_bias`` when ``encoder.has_score_bias``.
+
+    Returns:
+        ``[b, n_h, s, h_d]``.
+    """
+    if not encoder.has_score_bias:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+    seq = q.shape[-2]
+    outputs = []
+    for start in range(0, seq, BIAS_QUERY_BLOCK):
+        end = min(start + BIAS_QUERY_BLOCK, seq)
+        q_pos, k_pos = positions[start:end], positions[:end]  # keys past `end` are all in the future
+        bias = encoder.score_bias(q_pos, k_pos).to(q.dtype)  # [n_h, bq, end]
+        future = k_pos[None, :] > q_pos[:, None]  # [bq, end]
+        bias = bias.masked_fill(future, float("-inf"))
+        outputs.append(
+            F.scaled_dot_product_attention(
+                q[..., start:end, :], k[..., :end, :], v[..., :end, :], attn_mask=bias, dropout_p=dropout_p
+            )
+        )
+    return torch.cat(outputs, dim=-2)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig, encoder: PositionalEncoder) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.dropout = cfg.dropout
+        # Injected and shared by all layers; kept out of this module's children so that its parameters
+        # (e.g. a learned table) appear once in the state dict, under the model's `encoder.`.
+        self.__dict__["encoder"] = encoder
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (t.view(b, s, self.n_heads, d // self.n_heads).transpose(1, 2) for t in (q, k, v))  # (b, nh, s, hs)
+        q, k = self.encoder.rotate(q, k, positions)
+        p = self.dropout if self.training else 0.0
+        y = causal_attention(q, k, v, positions, self.encoder, dropout_p=p)  # (b, nh, s, hs)
+        return self.proj(y.transpose(1, 2).reshape(b, s, d))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, cfg.d_mlp)
+        self.down = nn.Linear(cfg.d_mlp, cfg.d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, cfg: ModelConfig, encoder: PositionalEncoder) -> None:
+        super().__init__()
+        self.ln_attn = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg, encoder)
+        self.ln_mlp = nn.LayerNorm(cfg.d_model)
+        self.mlp = MLP(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        x = x + self.drop(self.attn(self.ln_attn(x), positions))
+        return x + self.drop(self.mlp(self.ln_mlp(x)))
+
+
+class Transformer(nn.Module):
+    """Decoder-only language model over token ids, position-agnostic except through ``encoder``."""
+
+    def __init__(self, cfg: ModelConfig, encoder: PositionalEncoder) -> None:
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.encoder = encoder
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg, encoder) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight  # weight tying, as in GPT-2 / nanoGPT
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        """Token ids ``[b, s]`` -> next-token logits ``[b, s, vocab]``."""
+        positions = torch.arange(idx.shape[1], device=idx.device)  # (s,)
+        x = self.encoder.embed(self.tok_emb(idx), positions)  # (b, s, d)
+        for block in self.blocks:
+            x = block(x, positions)
+        return self.lm_head(self.ln_f(x))  # (b, s, vocab)

@@ -1,0 +1,36 @@
+"""Keyword options of registry entries (encoders, tasks), checked against a config mapping."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from posenc.errors import ConfigError
+
+
+def keyword_options(cls: type) -> dict[str, Any]:
+    """The keyword-only parameters of ``cls.__init__`` with their defaults."""
+    params = inspect.signature(cls.__init__).parameters.values()
+    return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def check_options(group: str, name: str, cls: type, options: dict[str, Any]) -> dict[str, Any]:
+    """Return ``options`` converted to the types of ``cls``'s defaults; unknown keys or bad types raise.
+
+    Args:
+        group: config group for messages, e.g. ``"encoder"``.
+        name: registry key, e.g. ``"xpos"``.
+    """
+    allowed = keyword_options(cls)
+    checked: dict[str, Any] = {}
+    for key, value in options.items():
+        if key not in allowed:
+            known = ", ".join(allowed) or "none"
+            raise ConfigError(f"{group} '{name}' has no option '{key}' (its options: {known})")
+        want = type(allowed[key])
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type(value) is not want:
+            raise ConfigError(f"{group}.{key} must be of type {want.__name__}, got {value!r}")
+        checked[key] = value
+    return checked

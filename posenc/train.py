@@ -1,0 +1,165 @@
+"""Training: a plain ``train(cfg, run_dir)`` and the thin Hydra entry point ``hydra_main`` around it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from posenc import io as run_io
+from posenc.config import RunConfig, run_config_from_dict
+from posenc.errors import PosencError
+from posenc.evaluate import Scores, answer_loss, evaluate
+from posenc.progress import live_bars, make_progress, print_error
+
+log = logging.getLogger("posenc.train")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise PosencError("device=cuda was asked for, but no CUDA device is available")
+    return torch.device(name)
+
+
+def lr_factor(step: int, warmup: int, total: int) -> float:
+    """Linear warmup to 1, then cosine decay to 0.1 at ``total`` steps."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def make_optimizer(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
+    """AdamW with weight decay on matrices only (not on norms, biases), as in nanoGPT."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.train.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=(0.9, 0.98))
+
+
+def train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any]) -> dict[str, Any]:
+    """Train the model ``cfg`` describes, write checkpoint, history and metrics into ``run_dir``.
+
+    Args:
+        cfg: the checked run configuration.
+        run_dir: output folder (created if needed).
+        config_dict: the resolved config as a plain mapping, stored with the checkpoint.
+
+    Returns:
+        The final metrics (also written to ``metrics.json``).
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    task, _, model = cfg.build()
+    model.to(device).train()
+    optimizer = make_optimizer(model, cfg)
+    t = cfg.train
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, t.warmup_steps, t.steps))
+    data = torch.Generator().manual_seed(cfg.seed)  # the training stream: deterministic from the seed
+    lo = cfg.task.min_length if cfg.task.variable_length else cfg.task.length
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info(
+        "training %s on %s (length %d), %d steps, %s parameters, device %s -> %s",
+        cfg.encoder.name, cfg.task.name, cfg.task.length, t.steps, f"{n_params:,}", device, run_dir,
+    )
+
+    history: list[dict[str, float]] = []
+    window = Scores()
+    start = time.perf_counter()
+    with make_progress(cfg.progress) as progress:
+        bar = progress.add_task(f"{cfg.encoder.name}/{cfg.task.name}", total=t.steps, loss=math.nan, acc=math.nan)
+        for step in range(1, t.steps + 1):
+            length = int(torch.randint(lo, cfg.task.length + 1, (1,), generator=data))
+            batch = task.sample(t.batch_size, length, data).to(device)
+            logits = model(batch.inputs)
+            loss = answer_loss(logits, batch)
+            if not torch.isfinite(loss):
+                raise PosencError(f"loss became {loss.item()} at step {step}; lower train.lr")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if t.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            if step % t.log_every == 0 or step == t.steps:
+                window.add(logits.detach().float(), batch)
+                row = {"step": step, **window.means(), "lr": scheduler.get_last_lr()[0],
+                       "seconds": time.perf_counter() - start}
+                history.append(row)
+                progress.update(bar, completed=step, loss=row["loss"], acc=row["token_accuracy"])
+                if not live_bars(cfg.progress) or step % (t.log_every * 10) == 0 or step == t.steps:
+                    log.info("step %d  loss %.4f  token acc %.4f", step, row["loss"], row["token_accuracy"])
+                window = Scores()
+            else:
+                progress.update(bar, completed=step)
+    seconds = time.perf_counter() - start
+
+    final = evaluate(model, task, cfg.task.length, t.eval_sequences)
+    metrics = {
+        "encoder": cfg.encoder.name, "task": cfg.task.name, "train_length": cfg.task.length,
+        "seed": cfg.seed, "steps": t.steps, "train_seconds": round(seconds, 2), "device": str(device),
+        "parameters": n_params, "eval_length": cfg.task.length, **final,
+    }
+    run_io.save_checkpoint(run_dir, model, config_dict, t.steps)
+    run_io.atomic_write_text(run_dir / run_io.HISTORY_FILE, _csv(history))
+    run_io.write_json(run_dir / run_io.METRICS_FILE, metrics)
+    log.info(
+        "done in %.1f s: exact match %.4f, token accuracy %.4f, loss %.4f at length %d (%d sequences)",
+        seconds, final["exact_match"], final["token_accuracy"], final["loss"], cfg.task.length,
+        final["n_sequences"],
+    )
+    return metrics
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return out.getvalue()
+
+
+def _job_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved job config (without Hydra's own node) as a plain mapping."""
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+@hydra.main(version_base="1.3", config_path="pkg://posenc.conf", config_name="config")
+def hydra_main(cfg: DictConfig) -> float:
+    """``posenc train``: compose the config with Hydra, then call :func:`train` in the job's folder."""
+    hydra_cfg = HydraConfig.get()
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    try:
+        config_dict = _job_config(cfg)
+        launcher = str(hydra_cfg.launcher.get("_target_", ""))
+        if "BasicLauncher" not in launcher:
+            config_dict["progress"] = False  # parallel or cluster jobs: no live bars
+        run_cfg = run_config_from_dict(config_dict)
+        run_dir = Path(hydra_cfg.runtime.output_dir)
+        run_io.atomic_write_text(run_dir / run_io.CONFIG_FILE, run_io.dump_yaml(config_dict))
+        metrics = train(run_cfg, run_dir, config_dict)
+    except PosencError as err:
+        if multirun:  # mark this job failed; the launcher goes on with the others
+            log.error("%s", err)
+            raise
+        print_error(str(err))
+        sys.exit(2)
+    return metrics["exact_match"]

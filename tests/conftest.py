@@ -1,0 +1,59 @@
+"""Shared fixtures: tiny configs and a tiny trained run, so CLI tests stay fast."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from posenc.config import RunConfig, run_config_from_dict
+
+# Overrides that make a run take a second or two on a laptop CPU.
+TINY = [
+    "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "model.d_mlp=32",
+    "train.steps=4", "train.batch_size=4", "train.eval_sequences=4", "train.log_every=2",
+    "task.length=16", "progress=false",
+]  # fmt: skip
+
+
+def compose_dict(overrides: list[str] | None = None) -> dict:
+    """The job config Hydra composes for ``posenc train OVERRIDES``, as a plain mapping."""
+    from omegaconf import OmegaConf
+
+    with initialize_config_module(config_module="posenc.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides or []))
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def tiny_dict(*overrides: str) -> dict:
+    """The composed config of a tiny run with ``overrides``."""
+    return compose_dict([*TINY, *overrides])
+
+
+def tiny_config(*overrides: str) -> RunConfig:
+    return run_config_from_dict(tiny_dict(*overrides))
+
+
+def posenc_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the installed `posenc` command as a user would (fresh process, own working directory)."""
+    env = {**os.environ, "COLUMNS": "200"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run(
+        [sys.executable, "-m", "posenc", *args], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="session")
+def trained_runs(tmp_path_factory) -> Path:
+    """A tiny multirun sweep (rope and learned on copy) trained once for the whole test session."""
+    root = tmp_path_factory.mktemp("sweep")
+    result = posenc_cli(
+        "train", "-m", "encoder=rope,learned", *TINY, f"hydra.sweep.dir={root / 'sweep'}", cwd=root
+    )
+    assert result.returncode == 0, result.stderr
+    return root / "sweep"

@@ -1,0 +1,121 @@
+"""The `posenc` command as a user runs it: train, multirun, extrapolate, listings and bad input."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import TINY, posenc_cli
+from typer.testing import CliRunner
+
+from posenc.cli import app
+from posenc.encoders import ENCODERS
+from posenc.extrapolate import COLUMNS
+from posenc.io import CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE
+
+runner = CliRunner()
+
+
+def assert_one_line_error(returncode: int, stderr: str, *needles: str) -> None:
+    assert returncode != 0
+    assert "Traceback" not in stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_encoders_lists_the_registry_one_per_line():
+    result = runner.invoke(app, ["encoders"])
+    assert result.exit_code == 0
+    lines = result.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines] == list(ENCODERS)
+
+
+def test_train_single_run_writes_the_run_directory(tmp_path):
+    result = posenc_cli("train", *TINY, "hydra.run.dir=run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "run"
+    for name in (CONFIG_FILE, CHECKPOINT_FILE, METRICS_FILE, HISTORY_FILE, LOG_FILE):
+        assert (run / name).is_file(), name
+    assert "done in" in (run / LOG_FILE).read_text()
+
+
+def test_train_passes_hydra_flags_through(tmp_path):
+    result = posenc_cli("train", "encoder=alibi", "task.length=32", "--cfg", "job", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "name: alibi" in result.stdout and "length: 32" in result.stdout
+    result = posenc_cli("train", "--help", cwd=tmp_path)
+    assert result.returncode == 0 and "encoder: alibi, learned, nope" in result.stdout
+    assert not (tmp_path / "results").exists()  # printing config or help trains nothing
+
+
+def test_multirun_sweep_writes_one_run_per_job(trained_runs: Path):
+    runs = sorted(p.parent.name for p in trained_runs.rglob(CHECKPOINT_FILE))
+    assert runs == ["0-copy-rope-seed0", "1-copy-learned-seed0"]
+
+
+def test_extrapolate_writes_tidy_tables_and_reports_learned_overflow(trained_runs: Path, tmp_path):
+    out = tmp_path / "tables"
+    result = runner.invoke(app, ["extrapolate", "--runs", str(trained_runs), "--lengths", "16,40", "--out", str(out),
+                                 "--sequences", "3", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out / "extrapolation.csv")
+    table["note"] = table.note.fillna("")  # CSV has no empty-string/NaN distinction
+    assert list(table.columns) == COLUMNS
+    assert len(table) == 4 and set(table.eval_length) == {16, 40}
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "extrapolation.parquet"), table, check_dtype=False)
+    assert "| encoder" in (out / "extrapolation.md").read_text()
+    learned_long = table[(table.encoder == "learned") & (table.eval_length == 40)].iloc[0]
+    assert pd.isna(learned_long.exact_match) and "16 positions" in learned_long.note
+    rope = table[table.encoder == "rope"]
+    assert rope.exact_match.notna().all() and (rope.n_sequences == 3).all()
+    assert "learned" in result.stdout and "rope" in result.stdout
+
+
+@pytest.mark.parametrize("lengths", ["5x", "0", "-3", "", "512,,1", "1e3", "99999999"])
+def test_extrapolate_refuses_malformed_lengths_and_keeps_existing_tables(trained_runs, tmp_path, lengths):
+    out = tmp_path / "tables"
+    out.mkdir()
+    (out / "extrapolation.csv").write_text("precious\n")
+    result = runner.invoke(app, ["extrapolate", "--runs", str(trained_runs), f"--lengths={lengths}", "--out", str(out)])
+    assert_one_line_error(result.exit_code, result.stderr, "--lengths")
+    assert (out / "extrapolation.csv").read_text() == "precious\n"
+
+
+def test_extrapolate_refuses_missing_run_directories(tmp_path):
+    result = runner.invoke(app, ["extrapolate", "--runs", str(tmp_path / "nope"), "--out", str(tmp_path)])
+    assert_one_line_error(result.exit_code, result.stderr, "run directory not found")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = runner.invoke(app, ["extrapolate", "--runs", str(empty), "--out", str(tmp_path)])
+    assert_one_line_error(result.exit_code, result.stderr, "no trained runs")
+
+
+def test_extrapolate_reports_unreadable_checkpoints(tmp_path):
+    run = tmp_path / "broken"
+    run.mkdir()
+    (run / CHECKPOINT_FILE).write_bytes(b"not a checkpoint")
+    result = runner.invoke(app, ["extrapolate", "--runs", str(run), "--out", str(tmp_path)])
+    assert_one_line_error(result.exit_code, result.stderr, "cannot read checkpoint")
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("encoder=bogus", "unknown encoder 'bogus'; known: nope, sinusoidal, learned, alibi, rope, rope_ntk, xpos"),
+        ("task=sorting", "unknown task 'sorting'; known: copy, retrieval"),
+        ("model.d_model=18", "even head dimension"),
+        ("train.steps=abc", "train.steps must be of type int"),
+        ("task.length=-4", "task.length must be between"),
+    ],
+)
+def test_train_refuses_bad_input_in_one_line(tmp_path, override, needle):
+    result = posenc_cli("train", *TINY, override, "hydra.run.dir=run", cwd=tmp_path)
+    assert_one_line_error(result.returncode, result.stderr, needle)
+    assert not (tmp_path / "run" / CHECKPOINT_FILE).exists()
+
+
+def test_sweep_with_an_unknown_encoder_is_refused_before_any_job(tmp_path):
+    result = posenc_cli("train", "-m", "encoder=rope,bogus", *TINY, cwd=tmp_path)
+    assert_one_line_error(result.returncode, result.stderr, "unknown encoder 'bogus'")
+    assert not (tmp_path / "results").exists()

@@ -1,0 +1,210 @@
+"""The formula API against the papers' math and against reference numbers computed by hand."""
+
+import math
+
+import pytest
+import torch
+
+from posenc import functional as F
+
+DTYPES = [torch.float32, torch.float64]
+
+
+def tol(dtype):
+    return {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 1e-12, "rtol": 1e-12}
+
+
+# --- sinusoidal (Vaswani et al. 2017, §3.5) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sinusoidal_matches_formula_and_keeps_dtype(dtype):
+    positions = torch.tensor([0.0, 1.0, 7.0], dtype=dtype)
+    table = F.sinusoidal_table(positions, dim=4)
+    assert table.shape == (3, 4) and table.dtype == dtype
+    # p[i, 2t] = sin(i / 10000**(2t/4)), p[i, 2t+1] = cos(...): frequencies 1 and 1/100
+    expected = torch.tensor(
+        [[0.0, 1.0, 0.0, 1.0],
+         [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)],
+         [math.sin(7), math.cos(7), math.sin(0.07), math.cos(0.07)]],
+        dtype=dtype,
+    )  # fmt: skip
+    torch.testing.assert_close(table, expected, **tol(dtype))
+
+
+def test_sinusoidal_integer_positions_and_odd_dim():
+    table = F.sinusoidal_table(torch.arange(5), dim=5)
+    assert table.shape == (5, 5) and table.dtype == torch.float32
+    torch.testing.assert_close(table[:, 4], torch.sin(torch.arange(5.0) / 10000 ** (4 / 5)))
+
+
+def test_sinusoidal_rows_are_unique_over_long_range():
+    table = F.sinusoidal_table(torch.arange(8192), dim=128, base=10000.0)
+    distances = torch.cdist(table[:2048], table[:2048])
+    distances.fill_diagonal_(float("inf"))
+    assert distances.min() > 1e-3
+
+
+# --- ALiBi (Press et al. 2022) ---------------------------------------------------------------------------
+
+
+def test_alibi_slopes_8_heads_are_the_papers_sequence():
+    expected = torch.tensor([1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128, 1 / 256])
+    torch.testing.assert_close(F.alibi_slopes(8), expected)
+
+
+def test_alibi_slopes_12_heads_interleave_the_16_head_sequence():
+    # 8 heads' slopes, then the odd-indexed slopes of 16 heads (2**-0.5, 2**-1.5, 2**-2.5, 2**-3.5),
+    # as in the authors' reference code for head counts that are not powers of two.
+    expected = [2.0**-k for k in range(1, 9)] + [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5]
+    torch.testing.assert_close(F.alibi_slopes(12, dtype=torch.float64), torch.tensor(expected, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 16, 24])
+def test_alibi_slopes_are_distinct_and_in_unit_interval(n):
+    slopes = F.alibi_slopes(n)
+    assert slopes.shape == (n,) and len(set(slopes.tolist())) == n
+    assert ((slopes > 0) & (slopes < 1)).all()
+
+
+def test_alibi_bias_is_minus_slope_times_distance():
+    bias = F.alibi_bias(torch.tensor([0.5, 0.25]), torch.arange(3), torch.arange(3))
+    assert bias.shape == (2, 3, 3)
+    torch.testing.assert_close(bias[0].tril(), torch.tensor([[0.0, 0, 0], [-0.5, 0, 0], [-1.0, -0.5, 0]]))
+    torch.testing.assert_close(bias[1, 2, 0], torch.tensor(-0.5))
+
+
+# --- RoPE (Su et al. 2021) and NTK-aware base -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_inv_freq_formula(dtype):
+    inv = F.rope_inv_freq(8, base=10000.0, dtype=dtype)
+    torch.testing.assert_close(inv, torch.tensor([1.0, 0.1, 0.01, 0.001], dtype=dtype), **tol(dtype))
+
+
+def test_rope_inv_freq_rejects_odd_dim():
+    with pytest.raises(ValueError):
+        F.rope_inv_freq(7)
+
+
+def test_ntk_base_is_plain_rope_at_factor_one():
+    assert F.ntk_base(10000.0, 64, 1.0) == 10000.0
+
+
+def test_ntk_base_reference_number_and_lowest_frequency_scaled_by_factor():
+    assert F.ntk_base(10000.0, 64, 4.0) == pytest.approx(10000.0 * 4.0 ** (64 / 62), rel=1e-12)
+    assert F.ntk_base(10000.0, 32, 8.0) == pytest.approx(10000.0 * 8.0 ** (32 / 30), rel=1e-12)
+    plain = F.rope_inv_freq(32, 10000.0, dtype=torch.float64)
+    scaled = F.rope_inv_freq(32, F.ntk_base(10000.0, 32, 8.0), dtype=torch.float64)
+    assert scaled[0] == plain[0]  # highest frequency untouched
+    assert scaled[-1].item() == pytest.approx(plain[-1].item() / 8.0, rel=1e-12)  # lowest slowed by s
+
+
+def test_ntk_base_rejects_bad_arguments():
+    with pytest.raises(ValueError):
+        F.ntk_base(10000.0, 2, 2.0)
+    with pytest.raises(ValueError):
+        F.ntk_base(10000.0, 64, 0.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_apply_rope_preserves_norms_dtype_and_shape(dtype):
+    x = torch.randn(2, 3, 50, 16, dtype=dtype)
+    out = F.apply_rope(x, torch.arange(50), F.rope_inv_freq(16, dtype=dtype))
+    assert out.shape == x.shape and out.dtype == dtype
+    torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1), **tol(dtype))
+
+
+def test_apply_rope_is_identity_at_position_zero():
+    x = torch.randn(4, 1, 8, dtype=torch.float64)
+    torch.testing.assert_close(F.apply_rope(x, torch.zeros(1), F.rope_inv_freq(8)), x)
+
+
+def test_apply_rope_matches_explicit_rotation_matrices():
+    """Build RoFormer's block-diagonal R_m (eq. 15) by hand and compare."""
+    d, m = 6, 5
+    inv = F.rope_inv_freq(d, dtype=torch.float64)
+    x = torch.randn(d, dtype=torch.float64)
+    rotation = torch.zeros(d, d, dtype=torch.float64)
+    for j in range(d // 2):
+        c, s = math.cos(m * inv[j]), math.sin(m * inv[j])
+        rotation[2 * j : 2 * j + 2, 2 * j : 2 * j + 2] = torch.tensor([[c, -s], [s, c]])
+    out = F.apply_rope(x[None, :], torch.tensor([m]), inv)[0]
+    torch.testing.assert_close(out, rotation @ x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_score_depends_only_on_relative_position(dtype):
+    d = 32
+    inv = F.rope_inv_freq(d, dtype=dtype)
+    q, k = torch.randn(d, dtype=dtype), torch.randn(d, dtype=dtype)
+
+    def score(m, n):
+        qm = F.apply_rope(q[None], torch.tensor([m]), inv)[0]
+        kn = F.apply_rope(k[None], torch.tensor([n]), inv)[0]
+        return qm @ kn
+
+    for m, n, shift in [(5, 2, 100), (10, 10, 3000), (0, 7, 8000), (300, 1, 4096)]:
+        torch.testing.assert_close(score(m, n), score(m + shift, n + shift), atol=1e-4 if dtype == torch.float32 else 1e-9, rtol=1e-4)
+
+
+def test_rope_long_term_decay_of_the_upper_bound():
+    """RoFormer §3.4.3: (1/(d/2)) * sum_i |S_i| of the partial sums decays with relative distance."""
+    d = 128
+    inv = F.rope_inv_freq(d, dtype=torch.float64)
+    distances = torch.tensor([1.0, 16.0, 256.0])
+    angles = distances[:, None] * inv[None, :]
+    partial = torch.cumsum(torch.exp(1j * angles.to(torch.complex128)), dim=1)
+    bound = partial.abs().mean(dim=1)
+    assert bound[0] > bound[1] > bound[2]
+
+
+# --- xPos (Sun et al. 2023) ------------------------------------------------------------------------------
+
+
+def test_xpos_zeta_formula():
+    torch.testing.assert_close(
+        F.xpos_zeta(8, gamma=0.4), torch.tensor([0.4, 0.65, 0.9, 1.15]) / 1.4, check_dtype=False
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_xpos_score_is_rope_score_times_zeta_power(dtype):
+    d, sb = 8, 512.0
+    inv = F.rope_inv_freq(d, dtype=dtype)
+    positions = torch.arange(40)
+    q, k = torch.randn(1, 40, d, dtype=dtype), torch.randn(1, 40, d, dtype=dtype)
+    xq, xk = F.apply_xpos(q, k, positions, inv, gamma=0.4, scale_base=sb)
+    assert xq.dtype == dtype and xq.shape == q.shape
+    rq, rk = F.apply_rope(q, positions, inv), F.apply_rope(k, positions, inv)
+    zeta = F.xpos_zeta(d, 0.4, dtype=dtype)
+    m, n = 37, 4
+    pair_scores = (rq[0, m] * rk[0, n]).view(d // 2, 2).sum(-1)  # each pair's contribution
+    expected = (pair_scores * zeta ** ((m - n) / sb)).sum()
+    torch.testing.assert_close(xq[0, m] @ xk[0, n], expected, **tol(dtype))
+
+
+def test_xpos_scores_decay_with_distance():
+    """With rotation switched off (inv_freq = 0) and positive q, k, the score is sum_j q_j k_j zeta_j**((m-n)/sb)."""
+    d = 16
+    positions = torch.arange(4096)
+    q = torch.ones(1, 4096, d, dtype=torch.float64)
+    xq, xk = F.apply_xpos(q, q.clone(), positions, torch.zeros(d // 2, dtype=torch.float64))
+    scores = xk[0, : 4096 - 1 : 512] @ xq[0, -1]  # query at the end, keys ever closer
+    assert torch.all(scores[1:] > scores[:-1])
+    torch.testing.assert_close(xq[0, 100] @ xk[0, 100], torch.tensor(float(d), dtype=torch.float64))
+
+
+def test_xpos_score_is_translation_invariant():
+    d = 16
+    inv = F.rope_inv_freq(d, dtype=torch.float64)
+    q, k = torch.randn(1, 1, d, dtype=torch.float64), torch.randn(1, 1, d, dtype=torch.float64)
+
+    def score(m, n, length):
+        positions = torch.arange(length)
+        xq, _ = F.apply_xpos(q.expand(1, length, d), k.expand(1, length, d), positions, inv)
+        _, xk = F.apply_xpos(q.expand(1, length, d), k.expand(1, length, d), positions, inv)
+        return xq[0, m] @ xk[0, n]
+
+    torch.testing.assert_close(score(10, 3, 20), score(110, 103, 200))

@@ -1,0 +1,43 @@
+"""The plain train() function: files it writes, determinism by seed, the learning-rate schedule."""
+
+import json
+
+import pytest
+import torch
+from conftest import tiny_config, tiny_dict
+
+from posenc import io as run_io
+from posenc.train import lr_factor, train
+
+
+def test_train_writes_checkpoint_metrics_history(tmp_path):
+    cfg = tiny_config()
+    metrics = train(cfg, tmp_path, tiny_dict())
+    for name in (run_io.CHECKPOINT_FILE, run_io.METRICS_FILE, run_io.HISTORY_FILE):
+        assert (tmp_path / name).is_file()
+    saved = json.loads((tmp_path / run_io.METRICS_FILE).read_text())
+    assert saved == metrics
+    assert saved["eval_length"] == cfg.task.length and saved["n_sequences"] == cfg.train.eval_sequences
+    assert 0 <= saved["exact_match"] <= saved["token_accuracy"] <= 1
+    loaded_cfg, task, model = run_io.load_run(tmp_path)
+    assert loaded_cfg == cfg
+    assert not model.training
+
+
+def test_same_seed_gives_identical_metrics(tmp_path):
+    a, b, c = (train(tiny_config(f"seed={s}"), tmp_path / d, tiny_dict(f"seed={s}")) for s, d in
+               [(3, "a"), (3, "b"), (4, "c")])
+    drop = lambda m: {k: v for k, v in m.items() if k != "train_seconds"}  # noqa: E731
+    assert drop(a) == drop(b)
+    assert drop(a) != drop(c)
+    sa = torch.load(tmp_path / "a" / run_io.CHECKPOINT_FILE, weights_only=True)["model"]
+    sb = torch.load(tmp_path / "b" / run_io.CHECKPOINT_FILE, weights_only=True)["model"]
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_lr_schedule_warms_up_then_decays_to_a_tenth():
+    assert lr_factor(0, 10, 100) == pytest.approx(0.1)
+    assert lr_factor(9, 10, 100) == pytest.approx(1.0)
+    assert lr_factor(10, 10, 100) == pytest.approx(1.0)
+    assert lr_factor(100, 10, 100) == pytest.approx(0.1)
+    assert lr_factor(55, 10, 100) == pytest.approx(0.55)
