@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
+import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -79,9 +80,10 @@ def extrapolate(
     device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
 ) -> None:
     """Evaluate trained runs at each length and write one tidy table (CSV, Parquet, Markdown)."""
+    from posenc.extrapolate import TABLE_STEM, parse_lengths
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.extrapolate import parse_lengths, write_tables
     from posenc.io import find_runs
+    from posenc.tables import write_tables
 
     try:
         wanted = parse_lengths(lengths)
@@ -91,27 +93,53 @@ def extrapolate(
             raise PosencError(f"--device must be auto, cpu or cuda; got {device!r}")
         found = find_runs(list(runs) if runs else [DEFAULT_RESULTS])
         table = run_extrapolation(found, wanted, sequences=sequences, device=device)
-        paths = write_tables(table, out)
+        paths = write_tables(table, out, TABLE_STEM)
     except PosencError as err:
         fail(str(err))
-    typer.echo()
-    print_table(table)
+    except KeyboardInterrupt:  # tables are written only at the end, atomically: nothing is half-written
+        print_error("interrupted; no table written")
+        raise typer.Exit(130)
+    print_table(table.drop(columns="run"))
     console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
 
 
+@app.command()
+def runs(
+    runs: Annotated[
+        Optional[list[Path]],
+        typer.Option("--runs", help="Run directories, or folders holding them (e.g. a sweep). Repeatable."),
+    ] = None,
+    out: Annotated[
+        Optional[Path], typer.Option(help="Also write training.{csv,parquet,md} into this folder.")
+    ] = None,
+) -> None:
+    """List trained runs with their training time and metrics at the training length."""
+    from posenc.io import find_runs
+    from posenc.tables import training_table, write_tables
+
+    try:
+        table = training_table(find_runs(list(runs) if runs else [DEFAULT_RESULTS]))
+        paths = write_tables(table, out, "training") if out is not None else []
+    except PosencError as err:
+        fail(str(err))
+    print_table(table)
+    if paths:
+        console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
+
+
 def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return "—" if math.isnan(value) else f"{value:.3f}"
-    return str(value)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def print_table(table) -> None:
-    view = Table(show_lines=False)
-    columns = ["encoder", "task", "train_length", "eval_length", "seed", "loss", "token_accuracy",
-               "exact_match", "n_sequences", "seconds", "note"]  # fmt: skip
-    for col in columns:
-        view.add_column(col.replace("_", " "), justify="left" if col in ("encoder", "task", "note") else "right")
-    for row in table[columns].itertuples(index=False):
+    """Print a DataFrame as a rich table on stdout (text columns left, numbers right)."""
+    view = Table()
+    for col in table.columns:
+        numeric = pd.api.types.is_numeric_dtype(table[col])
+        view.add_column(col.replace("_", " "), justify="right" if numeric else "left")
+    for row in table.itertuples(index=False):
         view.add_row(*(_fmt(v) for v in row))
     Console(width=None if sys.stdout.isatty() else 200).print(view)
 

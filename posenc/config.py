@@ -36,9 +36,10 @@ class TaskConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = 1500  # optimizer steps
-    batch_size: int = 32  # sequences per step
-    lr: float = 3e-3  # peak AdamW learning rate, after warmup; cosine decay to lr/10
+    steps: int = 2000  # optimizer steps
+    batch_size: int = 64  # sequences per step
+    lr: float = 3e-3  # peak AdamW learning rate, reached after warmup
+    final_lr_ratio: float = 0.0  # cosine decay ends at lr * final_lr_ratio
     weight_decay: float = 0.01  # AdamW decoupled weight decay
     warmup_steps: int = 100  # linear warmup from 0
     grad_clip: float = 1.0  # max global gradient norm
@@ -138,6 +139,8 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     for key in ("steps", "batch_size", "eval_sequences", "log_every"):
         _positive(f"train.{key}", getattr(train, key))
     _positive("train.lr", train.lr)
+    if not 0 <= train.final_lr_ratio <= 1:
+        raise ConfigError(f"train.final_lr_ratio must be in [0, 1], got {train.final_lr_ratio}")
     if train.warmup_steps < 0 or train.weight_decay < 0 or train.grad_clip < 0:
         raise ConfigError("train.warmup_steps, train.weight_decay and train.grad_clip must be >= 0")
     return RunConfig(encoder, task, model, train, seed=seed, device=device, progress=progress)

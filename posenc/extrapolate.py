@@ -14,6 +14,7 @@ from posenc.config import MAX_LENGTH
 from posenc.errors import PosencError, PositionRangeError
 from posenc.evaluate import default_sequences, evaluate
 from posenc.progress import make_progress
+from posenc.tables import describe_run
 
 COLUMNS = [
     "run", "encoder", "task", "train_length", "eval_length", "seed",
@@ -34,13 +35,6 @@ def parse_lengths(text: str) -> list[int]:
             raise PosencError(f"--lengths: {value} is out of range; lengths must be in 1..{MAX_LENGTH}")
         lengths.append(value)
     return sorted(set(lengths))
-
-
-def _describe(run: Path, root: Path) -> str:
-    try:
-        return str(run.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return str(run)
 
 
 def extrapolate(
@@ -65,7 +59,6 @@ def extrapolate(
 
     dev = resolve_device(device)
     rows = []
-    cwd = Path.cwd()
     with make_progress(progress, fields="{task.fields[current]}") as bar:
         job = bar.add_task("extrapolate", total=len(runs) * len(lengths), current="")
         for run in runs:
@@ -74,7 +67,7 @@ def extrapolate(
                 bar.update(job, current=f"{cfg.encoder.name}/{cfg.task.name} @ {length}")
                 n = sequences or default_sequences(length)
                 row = {
-                    "run": _describe(run, cwd), "encoder": cfg.encoder.name, "task": cfg.task.name,
+                    "run": describe_run(run), "encoder": cfg.encoder.name, "task": cfg.task.name,
                     "train_length": cfg.task.length, "eval_length": length, "seed": cfg.seed,
                     "loss": math.nan, "token_accuracy": math.nan, "exact_match": math.nan,
                     "n_sequences": 0, "seconds": 0.0, "note": "",
@@ -93,20 +86,3 @@ def extrapolate(
                 rows.append(row)
                 bar.advance(job)
     return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def write_tables(table: pd.DataFrame, out_dir: Path, stem: str = TABLE_STEM) -> list[Path]:
-    """Write ``table`` as CSV, Parquet and Markdown into ``out_dir``, each file atomically."""
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise PosencError(f"--out is not a directory: {out_dir}")
-    paths = [out_dir / f"{stem}.{ext}" for ext in ("csv", "parquet", "md")]
-    csv_path, parquet_path, md_path = paths
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        run_io.atomic_write_text(csv_path, table.to_csv(index=False))
-        run_io.atomic_write(parquet_path, lambda f: table.to_parquet(f, index=False))
-        run_io.atomic_write_text(md_path, table.to_markdown(index=False, floatfmt=".4f") + "\n")
-    except OSError as err:
-        raise PosencError(f"cannot write tables to {out_dir}: {err.strerror or err}") from err
-    return paths

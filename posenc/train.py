@@ -34,12 +34,12 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def lr_factor(step: int, warmup: int, total: int) -> float:
-    """Linear warmup to 1, then cosine decay to 0.1 at ``total`` steps."""
+def lr_factor(step: int, warmup: int, total: int, final: float = 0.1) -> float:
+    """Learning-rate multiplier: linear warmup to 1, then cosine decay to ``final`` at ``total`` steps."""
     if step < warmup:
         return (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return final + (1 - final) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def make_optimizer(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
@@ -71,7 +71,9 @@ def train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any]) -> dict[st
     model.to(device).train()
     optimizer = make_optimizer(model, cfg)
     t = cfg.train
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, t.warmup_steps, t.steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, t.warmup_steps, t.steps, t.final_lr_ratio)
+    )
     data = torch.Generator().manual_seed(cfg.seed)  # the training stream: deterministic from the seed
     lo = cfg.task.min_length if cfg.task.variable_length else cfg.task.length
     n_params = sum(p.numel() for p in model.parameters())
@@ -81,12 +83,11 @@ def train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any]) -> dict[st
     )
 
     history: list[dict[str, float]] = []
-    window = Scores()
     start = time.perf_counter()
     with make_progress(cfg.progress) as progress:
         bar = progress.add_task(f"{cfg.encoder.name}/{cfg.task.name}", total=t.steps, loss=math.nan, acc=math.nan)
         for step in range(1, t.steps + 1):
-            length = int(torch.randint(lo, cfg.task.length + 1, (1,), generator=data))
+            length = int(torch.randint(lo, cfg.task.length + 1, (1,), generator=data))  # one per batch
             batch = task.sample(t.batch_size, length, data).to(device)
             logits = model(batch.inputs)
             loss = answer_loss(logits, batch)
@@ -99,14 +100,14 @@ def train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any]) -> dict[st
             optimizer.step()
             scheduler.step()
             if step % t.log_every == 0 or step == t.steps:
-                window.add(logits.detach().float(), batch)
-                row = {"step": step, **window.means(), "lr": scheduler.get_last_lr()[0],
+                scores = Scores()  # of this step's batch (no per-step host syncs in between)
+                scores.add(logits.detach().float(), batch)
+                row = {"step": step, "length": length, **scores.means(), "lr": scheduler.get_last_lr()[0],
                        "seconds": time.perf_counter() - start}
                 history.append(row)
                 progress.update(bar, completed=step, loss=row["loss"], acc=row["token_accuracy"])
                 if not live_bars(cfg.progress) or step % (t.log_every * 10) == 0 or step == t.steps:
                     log.info("step %d  loss %.4f  token acc %.4f", step, row["loss"], row["token_accuracy"])
-                window = Scores()
             else:
                 progress.update(bar, completed=step)
     seconds = time.perf_counter() - start
@@ -162,4 +163,7 @@ def hydra_main(cfg: DictConfig) -> float:
             raise
         print_error(str(err))
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C: the run directory keeps what was written before it
+        print_error("interrupted")
+        sys.exit(130)
     return metrics["exact_match"]

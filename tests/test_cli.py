@@ -72,6 +72,14 @@ def test_extrapolate_writes_tidy_tables_and_reports_learned_overflow(trained_run
     assert "learned" in result.stdout and "rope" in result.stdout
 
 
+def test_runs_lists_training_metrics(trained_runs: Path, tmp_path):
+    result = runner.invoke(app, ["runs", "--runs", str(trained_runs), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(tmp_path / "training.csv")
+    assert sorted(table.encoder) == ["learned", "rope"]
+    assert (table.steps == 4).all() and table.exact_match.between(0, 1).all()
+
+
 @pytest.mark.parametrize("lengths", ["5x", "0", "-3", "", "512,,1", "1e3", "99999999"])
 def test_extrapolate_refuses_malformed_lengths_and_keeps_existing_tables(trained_runs, tmp_path, lengths):
     out = tmp_path / "tables"

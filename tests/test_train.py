@@ -41,3 +41,21 @@ def test_lr_schedule_warms_up_then_decays_to_a_tenth():
     assert lr_factor(10, 10, 100) == pytest.approx(1.0)
     assert lr_factor(100, 10, 100) == pytest.approx(0.1)
     assert lr_factor(55, 10, 100) == pytest.approx(0.55)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_train_runs_on_cuda(tmp_path):
+    metrics = train(tiny_config("device=cuda"), tmp_path, tiny_dict("device=cuda"))
+    assert metrics["device"].startswith("cuda")
+
+
+@pytest.mark.slow
+def test_default_rope_learns_copy(tmp_path):
+    """The README's promise: the default run (rope on copy) reaches >= 0.99 exact match at its length."""
+    from conftest import compose_dict
+    from posenc.config import run_config_from_dict
+
+    config = compose_dict(["progress=false"])
+    metrics = train(run_config_from_dict(config), tmp_path, config)
+    assert metrics["exact_match"] >= 0.99

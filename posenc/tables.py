@@ -1,0 +1,54 @@
+"""Tidy tables: writing them (CSV, Parquet, Markdown) and the table of trained runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from posenc import io as run_io
+from posenc.errors import PosencError
+
+TRAINING_COLUMNS = [
+    "run", "encoder", "task", "train_length", "seed", "steps", "train_seconds",
+    "exact_match", "token_accuracy", "loss", "n_sequences", "device",
+]  # fmt: skip
+
+
+def training_table(runs: list[Path], root: Path | None = None) -> pd.DataFrame:
+    """One row per run: its final in-distribution metrics from ``metrics.json`` (NaN where missing)."""
+    rows = []
+    for run in runs:
+        path = run / run_io.METRICS_FILE
+        try:
+            metrics = json.loads(path.read_text())
+        except (OSError, ValueError):
+            metrics = {}
+        rows.append({**{c: None for c in TRAINING_COLUMNS}, **metrics, "run": describe_run(run, root)})
+    return pd.DataFrame(rows, columns=TRAINING_COLUMNS)
+
+
+def describe_run(run: Path, root: Path | None = None) -> str:
+    """``run`` relative to ``root`` (default: the working directory) when below it, else as given."""
+    try:
+        return str(run.resolve().relative_to((root or Path.cwd()).resolve()))
+    except ValueError:
+        return str(run)
+
+
+def write_tables(table: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
+    """Write ``table`` as CSV, Parquet and Markdown into ``out_dir``, each file atomically."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PosencError(f"--out is not a directory: {out_dir}")
+    paths = [out_dir / f"{stem}.{ext}" for ext in ("csv", "parquet", "md")]
+    csv_path, parquet_path, md_path = paths
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        run_io.atomic_write_text(csv_path, table.to_csv(index=False))
+        run_io.atomic_write(parquet_path, lambda f: table.to_parquet(f, index=False))
+        run_io.atomic_write_text(md_path, table.to_markdown(index=False, floatfmt=".4f") + "\n")
+    except OSError as err:
+        raise PosencError(f"cannot write tables to {out_dir}: {err.strerror or err}") from err
+    return paths
