@@ -29,7 +29,7 @@ class EncoderConfig:
 class TaskConfig:
     name: str = "copy"  # registry key, see posenc.tasks.TASKS
     length: int = 64  # training length: the positions the model reads
-    min_length: int = 8  # shortest training length when variable_length is on
+    min_length: int = 32  # shortest training length when variable_length is on
     variable_length: bool = True  # each batch draws its length uniformly from [min_length, length]
     options: dict[str, Any] = field(default_factory=dict)  # task-specific keywords (e.g. n_symbols)
 
