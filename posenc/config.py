@@ -45,6 +45,7 @@ class TrainConfig:
     grad_clip: float = 1.0  # max global gradient norm
     eval_sequences: int = 256  # sequences for the final in-distribution evaluation
     log_every: int = 50  # steps between progress/log updates
+    checkpoint_every: int = 250  # steps between checkpoints (0: only at the end)
 
 
 @dataclass
@@ -56,6 +57,7 @@ class RunConfig:
     seed: int = 0  # seeds model init and the data stream
     device: str = "auto"  # auto (cuda when present) | cpu | cuda
     progress: bool = True  # live progress bar (switched off for parallel and cluster launchers)
+    resume: bool | str = True  # continue from the run dir's checkpoint; false: refuse one; a path: resume it
 
     def build(self):
         """The task, the encoder and the model this config describes (checks all cross-field rules)."""
@@ -109,7 +111,7 @@ def _positive(where: str, value: float) -> None:
 
 def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     """Convert a resolved config mapping (as composed by Hydra) into a checked :class:`RunConfig`."""
-    known = {"encoder", "task", "model", "train", "seed", "device", "progress", "paths", "hydra"}
+    known = {"encoder", "task", "model", "train", "seed", "device", "progress", "resume", "paths", "hydra"}
     for key in cfg:
         if key not in known:
             raise ConfigError(f"unknown config key '{key}'")
@@ -120,14 +122,16 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     task = _typed(TaskConfig, cfg["task"], "task", extra_to="options")
     model = _typed(ModelConfig, cfg["model"], "model")
     train = _typed(TrainConfig, cfg["train"], "train")
-    top = {k: cfg[k] for k in ("seed", "device", "progress") if k in cfg}
-    seed, device, progress = top.get("seed", 0), top.get("device", "auto"), top.get("progress", True)
+    seed, device, progress = cfg.get("seed", 0), cfg.get("device", "auto"), cfg.get("progress", True)
+    resume = cfg.get("resume", True)
     if type(seed) is not int or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     if device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"device must be one of auto, cpu, cuda; got {device!r}")
     if type(progress) is not bool:
         raise ConfigError(f"progress must be true or false, got {progress!r}")
+    if type(resume) not in (bool, str) or resume == "":
+        raise ConfigError(f"resume must be true, false or a run directory, got {resume!r}")
 
     check_encoder_name(encoder.name)
     if task.name not in TASKS:
@@ -138,9 +142,11 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"task.min_length must be in [1, task.length={task.length}], got {task.min_length}")
     for key in ("steps", "batch_size", "eval_sequences", "log_every"):
         _positive(f"train.{key}", getattr(train, key))
+    if train.checkpoint_every < 0:
+        raise ConfigError(f"train.checkpoint_every must be >= 0, got {train.checkpoint_every}")
     _positive("train.lr", train.lr)
     if not 0 <= train.final_lr_ratio <= 1:
         raise ConfigError(f"train.final_lr_ratio must be in [0, 1], got {train.final_lr_ratio}")
     if train.warmup_steps < 0 or train.weight_decay < 0 or train.grad_clip < 0:
         raise ConfigError("train.warmup_steps, train.weight_decay and train.grad_clip must be >= 0")
-    return RunConfig(encoder, task, model, train, seed=seed, device=device, progress=progress)
+    return RunConfig(encoder, task, model, train, seed=seed, device=device, progress=progress, resume=resume)

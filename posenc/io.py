@@ -54,11 +54,6 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def save_checkpoint(run_dir: Path, model: torch.nn.Module, config: dict[str, Any], step: int) -> None:
-    payload = {"model": model.state_dict(), "config": config, "step": step}
-    atomic_write(Path(run_dir) / CHECKPOINT_FILE, lambda f: torch.save(payload, f))
-
-
 def is_run_dir(path: Path) -> bool:
     return (path / CHECKPOINT_FILE).is_file()
 

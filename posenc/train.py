@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 import math
+import signal
 import sys
 import time
 from pathlib import Path
@@ -18,6 +20,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from posenc import io as run_io
+from posenc.checkpoint import (
+    StopSignals,
+    TrainingInterrupted,
+    load_training_state,
+    rng_states,
+    save_training_state,
+    set_rng_states,
+)
 from posenc.config import RunConfig, run_config_from_dict
 from posenc.errors import PosencError
 from posenc.evaluate import Scores, answer_loss, evaluate
@@ -53,7 +63,11 @@ def make_optimizer(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.Optimi
 
 
 def train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any]) -> dict[str, Any]:
-    """Train the model ``cfg`` describes, write checkpoint, history and metrics into ``run_dir``.
+    """Train the model ``cfg`` describes into ``run_dir``, resuming from its checkpoint if there is one.
+
+    Writes ``config.yaml``, ``checkpoint.pt`` (every ``train.checkpoint_every`` steps and at the end, on
+    SIGINT/SIGTERM too), ``history.csv`` and, when finished, ``metrics.json``. A finished run is not
+    retrained: its metrics are returned as they are.
 
     Args:
         cfg: the checked run configuration.
@@ -64,7 +78,13 @@ def train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any]) -> dict[st
         The final metrics (also written to ``metrics.json``).
     """
     run_dir = Path(run_dir)
+    state = _state_to_resume(cfg, run_dir, config_dict)
+    if state is not None and state["step"] >= cfg.train.steps and (run_dir / run_io.METRICS_FILE).is_file():
+        log.info("%s is finished (step %d); not retraining", run_dir, state["step"])
+        return json.loads((run_dir / run_io.METRICS_FILE).read_text())
     run_dir.mkdir(parents=True, exist_ok=True)
+    run_io.atomic_write_text(run_dir / run_io.CONFIG_FILE, run_io.dump_yaml(config_dict))
+
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
     task, _, model = cfg.build()
@@ -75,24 +95,42 @@ def train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any]) -> dict[st
         optimizer, lambda step: lr_factor(step, t.warmup_steps, t.steps, t.final_lr_ratio)
     )
     data = torch.Generator().manual_seed(cfg.seed)  # the training stream: deterministic from the seed
+    first, history, elapsed = 1, [], 0.0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        set_rng_states(state["rng"], data)
+        first, history, elapsed = state["step"] + 1, state["history"], state["elapsed"]
+        log.info("resuming %s from step %d", run_dir, state["step"])
+
+    def checkpoint(step: int) -> None:
+        save_training_state(run_dir, {
+            "model": model.state_dict(), "config": config_dict, "step": step,
+            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "rng": rng_states(data), "history": history, "elapsed": elapsed + time.perf_counter() - start,
+        })  # fmt: skip
+
     lo = cfg.task.min_length if cfg.task.variable_length else cfg.task.length
     n_params = sum(p.numel() for p in model.parameters())
     log.info(
         "training %s on %s (length %d), %d steps, %s parameters, device %s -> %s",
         cfg.encoder.name, cfg.task.name, cfg.task.length, t.steps, f"{n_params:,}", device, run_dir,
     )
-
-    history: list[dict[str, float]] = []
     start = time.perf_counter()
-    with make_progress(cfg.progress) as progress:
-        bar = progress.add_task(f"{cfg.encoder.name}/{cfg.task.name}", total=t.steps, loss=math.nan, acc=math.nan)
-        for step in range(1, t.steps + 1):
+    with StopSignals() as stop, make_progress(cfg.progress) as progress:
+        bar = progress.add_task(f"{cfg.encoder.name}/{cfg.task.name}", total=t.steps, completed=first - 1,
+                                loss=math.nan, acc=math.nan)  # fmt: skip
+        for step in range(first, t.steps + 1):
             length = int(torch.randint(lo, cfg.task.length + 1, (1,), generator=data))  # one per batch
             batch = task.sample(t.batch_size, length, data).to(device)
             logits = model(batch.inputs)
             loss = answer_loss(logits, batch)
             if not torch.isfinite(loss):
-                raise PosencError(f"loss became {loss.item()} at step {step}; lower train.lr")
+                raise PosencError(
+                    f"loss became {loss.item()} at step {step}; stopped, the last checkpoint is kept "
+                    "(try a lower train.lr)"
+                )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if t.grad_clip > 0:
@@ -102,15 +140,22 @@ def train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any]) -> dict[st
             if step % t.log_every == 0 or step == t.steps:
                 scores = Scores()  # of this step's batch (no per-step host syncs in between)
                 scores.add(logits.detach().float(), batch)
-                row = {"step": step, "length": length, **scores.means(), "lr": scheduler.get_last_lr()[0],
-                       "seconds": time.perf_counter() - start}
+                row = {"step": step, "length": length, **scores.means(), "lr": scheduler.get_last_lr()[0]}
                 history.append(row)
-                progress.update(bar, completed=step, loss=row["loss"], acc=row["token_accuracy"])
+                progress.update(bar, loss=row["loss"], acc=row["token_accuracy"])
                 if not live_bars(cfg.progress) or step % (t.log_every * 10) == 0 or step == t.steps:
                     log.info("step %d  loss %.4f  token acc %.4f", step, row["loss"], row["token_accuracy"])
-            else:
-                progress.update(bar, completed=step)
-    seconds = time.perf_counter() - start
+            progress.update(bar, completed=step)
+            if stop.received is not None:
+                checkpoint(step)
+                name = signal.Signals(stop.received).name
+                raise TrainingInterrupted(
+                    f"{name} at step {step}/{t.steps}: checkpoint saved in {run_dir}; "
+                    "run the same command again to resume", 128 + stop.received,
+                )
+            if t.checkpoint_every and step % t.checkpoint_every == 0 and step < t.steps:
+                checkpoint(step)
+    seconds = elapsed + time.perf_counter() - start
 
     final = evaluate(model, task, cfg.task.length, t.eval_sequences)
     metrics = {
@@ -118,7 +163,7 @@ def train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any]) -> dict[st
         "seed": cfg.seed, "steps": t.steps, "train_seconds": round(seconds, 2), "device": str(device),
         "parameters": n_params, "eval_length": cfg.task.length, **final,
     }
-    run_io.save_checkpoint(run_dir, model, config_dict, t.steps)
+    checkpoint(t.steps)
     run_io.atomic_write_text(run_dir / run_io.HISTORY_FILE, _csv(history))
     run_io.write_json(run_dir / run_io.METRICS_FILE, metrics)
     log.info(
@@ -127,6 +172,22 @@ def train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any]) -> dict[st
         final["n_sequences"],
     )
     return metrics
+
+
+def _state_to_resume(cfg: RunConfig, run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The training state to continue from, per ``cfg.resume``; None to start afresh."""
+    if isinstance(cfg.resume, str):
+        source = Path(cfg.resume)
+        source = source / run_io.CHECKPOINT_FILE if source.is_dir() else source
+        if not source.is_file():
+            raise PosencError(f"resume={cfg.resume}: no checkpoint there")
+        return load_training_state(source, config)
+    existing = run_dir / run_io.CHECKPOINT_FILE
+    if not existing.is_file():
+        return None
+    if not cfg.resume:
+        raise PosencError(f"{run_dir} already holds a checkpoint; use resume=true or another hydra.run.dir")
+    return load_training_state(existing, config)
 
 
 def _csv(rows: list[dict[str, Any]]) -> str:
@@ -154,16 +215,17 @@ def hydra_main(cfg: DictConfig) -> float:
         if "BasicLauncher" not in launcher:
             config_dict["progress"] = False  # parallel or cluster jobs: no live bars
         run_cfg = run_config_from_dict(config_dict)
-        run_dir = Path(hydra_cfg.runtime.output_dir)
-        run_io.atomic_write_text(run_dir / run_io.CONFIG_FILE, run_io.dump_yaml(config_dict))
-        metrics = train(run_cfg, run_dir, config_dict)
+        metrics = train(run_cfg, Path(hydra_cfg.runtime.output_dir), config_dict)
+    except TrainingInterrupted as err:  # checkpoint saved: stop this process (a whole sweep too)
+        print_error(str(err))
+        sys.exit(err.exit_code)
     except PosencError as err:
         if multirun:  # mark this job failed; the launcher goes on with the others
             log.error("%s", err)
             raise
         print_error(str(err))
         sys.exit(2)
-    except KeyboardInterrupt:  # Ctrl-C: the run directory keeps what was written before it
-        print_error("interrupted")
+    except KeyboardInterrupt:  # a second Ctrl-C: files on disk are whole (atomic writes)
+        print_error("interrupted; the last checkpoint is kept")
         sys.exit(130)
     return metrics["exact_match"]

@@ -13,6 +13,8 @@ from posenc.extrapolate import COLUMNS
 from posenc.io import CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE
 
 runner = CliRunner()
+# The sub-folder Hydra names after the tiny overrides (sorted, joined by commas).
+OVERRIDE_DIR = ",".join(sorted(o for o in TINY if not o.startswith("progress=")))
 
 
 def assert_one_line_error(returncode: int, stderr: str, *needles: str) -> None:
@@ -50,8 +52,8 @@ def test_train_passes_hydra_flags_through(tmp_path):
 
 
 def test_multirun_sweep_writes_one_run_per_job(trained_runs: Path):
-    runs = sorted(p.parent.name for p in trained_runs.rglob(CHECKPOINT_FILE))
-    assert runs == ["0-copy-rope-seed0", "1-copy-learned-seed0"]
+    runs = sorted(str(p.parent.relative_to(trained_runs)) for p in trained_runs.rglob(CHECKPOINT_FILE))
+    assert runs == ["copy/learned/seed0/" + OVERRIDE_DIR, "copy/rope/seed0/" + OVERRIDE_DIR]
 
 
 def test_extrapolate_writes_tidy_tables_and_reports_learned_overflow(trained_runs: Path, tmp_path):
