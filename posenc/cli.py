@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -34,23 +33,6 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-# A plain choice override such as `encoder=rope,alibi` (sweep lists too); anything fancier is left to Hydra.
-_CHOICE = re.compile(r"^(?P<group>encoder|task)=(?P<values>[\w,]+)$")
-
-
-def check_choices(args: list[str]) -> None:
-    """Refuse unknown encoders and tasks in simple overrides before Hydra starts, naming the known ones."""
-    registries = {"encoder": ENCODERS, "task": TASKS}
-    for arg in args:
-        match = _CHOICE.match(arg)
-        if not match:
-            continue
-        registry = registries[match["group"]]
-        for value in match["values"].split(","):
-            if value not in registry:
-                fail(f"unknown {match['group']} '{value}'; known: {', '.join(registry)}")
-
-
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
 )
@@ -59,9 +41,13 @@ def train(ctx: typer.Context) -> None:
 
     Everything Hydra accepts works: -m/--multirun, hydra/launcher=..., --cfg job, --help.
     """
+    from posenc.precheck import precheck
     from posenc.train import hydra_main
 
-    check_choices(ctx.args)
+    try:
+        precheck(ctx.args)
+    except PosencError as err:
+        fail(str(err))
     sys.argv = ["posenc train", *ctx.args]
     hydra_main()
 
@@ -80,10 +66,10 @@ def extrapolate(
     device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
 ) -> None:
     """Evaluate trained runs at each length and write one tidy table (CSV, Parquet, Markdown)."""
-    from posenc.extrapolate import TABLE_STEM, parse_lengths
+    from posenc.extrapolate import TABLE_STEM, merge_into, parse_lengths
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.io import find_runs
-    from posenc.tables import write_tables
+    from posenc.tables import read_table, write_tables
 
     try:
         wanted = parse_lengths(lengths)
@@ -92,14 +78,17 @@ def extrapolate(
         if device not in ("auto", "cpu", "cuda"):
             raise PosencError(f"--device must be auto, cpu or cuda; got {device!r}")
         found = find_runs(list(runs) if runs else [DEFAULT_RESULTS])
-        table = run_extrapolation(found, wanted, sequences=sequences, device=device)
-        paths = write_tables(table, out, TABLE_STEM)
+        previous = read_table(out, TABLE_STEM)  # read before the long work: a bad --out fails early
+        table, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device)
+        paths = write_tables(merge_into(previous, table), out, TABLE_STEM)
     except PosencError as err:
         fail(str(err))
     except KeyboardInterrupt:  # tables are written only at the end, atomically: nothing is half-written
         print_error("interrupted; no table written")
         raise typer.Exit(130)
     print_table(table.drop(columns="run"))
+    for reason in skipped:
+        console.print(f"[yellow]skipped:[/] {reason}", highlight=False, soft_wrap=True)
     console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
 
 

@@ -44,7 +44,7 @@ def extrapolate(
     sequences: int | None = None,
     device: str = "auto",
     progress: bool = True,
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, list[str]]:
     """Evaluate every run at every length; one row per (run, length), columns :data:`COLUMNS`.
 
     Args:
@@ -53,16 +53,27 @@ def extrapolate(
         sequences: sequences per length; default :func:`posenc.evaluate.default_sequences`.
         device: ``auto``, ``cpu`` or ``cuda``.
 
+    Returns:
+        The table, and one line for each run that was skipped (unfinished, unreadable, inconsistent).
+
     A length the encoder cannot represent (a learned table too short) gives NaN metrics and a note.
+    Raises :class:`PosencError` if no run at all could be evaluated.
     """
     from posenc.train import resolve_device
 
     dev = resolve_device(device)
-    rows = []
+    rows, skipped = [], []
     with make_progress(progress, fields="{task.fields[current]}") as bar:
         job = bar.add_task("extrapolate", total=len(runs) * len(lengths), current="")
         for run in runs:
-            cfg, task, model = run_io.load_run(run, dev)
+            try:
+                if not (run / run_io.METRICS_FILE).is_file():
+                    raise PosencError(f"{run} is unfinished (no {run_io.METRICS_FILE}); finish training first")
+                cfg, task, model = run_io.load_run(run, dev)
+            except PosencError as err:
+                skipped.append(str(err))
+                bar.advance(job, len(lengths))
+                continue
             for length in lengths:
                 bar.update(job, current=f"{cfg.encoder.name}/{cfg.task.name} @ {length}")
                 n = sequences or default_sequences(length)
@@ -85,4 +96,18 @@ def extrapolate(
                 row["seconds"] = round(time.perf_counter() - start, 3)
                 rows.append(row)
                 bar.advance(job)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    if not rows:
+        first = skipped[0]
+        raise PosencError(first if len(skipped) == 1 else f"none of {len(runs)} runs could be evaluated; {first}")
+    return pd.DataFrame(rows, columns=COLUMNS), skipped
+
+
+def merge_into(existing: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
+    """``existing`` rows updated by ``new`` ones, keyed by (run, eval_length); others kept, none doubled."""
+    if existing is None or existing.empty:
+        merged = new
+    else:
+        keys = set(zip(new["run"], new["eval_length"]))
+        keep = [(r, n) not in keys for r, n in zip(existing["run"], existing["eval_length"])]
+        merged = pd.concat([existing[keep][COLUMNS], new], ignore_index=True)
+    return merged.sort_values(["task", "encoder", "seed", "run", "eval_length"], ignore_index=True)

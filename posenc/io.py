@@ -20,6 +20,7 @@ from posenc.config import RunConfig, run_config_from_dict
 from posenc.errors import PosencError
 
 CONFIG_FILE = "config.yaml"  # the resolved config, human-readable
+OVERRIDES_FILE = "overrides.yaml"  # the command-line overrides the run was started with
 CHECKPOINT_FILE = "checkpoint.pt"  # model weights + the resolved config they belong to
 METRICS_FILE = "metrics.json"  # final in-distribution metrics of training
 HISTORY_FILE = "history.csv"  # training curve
@@ -94,5 +95,5 @@ def load_run(run_dir: Path, device: torch.device | str = "cpu"):
     return cfg, task, model.to(device).eval()
 
 
-def dump_yaml(data: dict[str, Any]) -> str:
+def dump_yaml(data: dict[str, Any] | list[Any]) -> str:
     return yaml.safe_dump(data, sort_keys=False)

@@ -37,6 +37,17 @@ def describe_run(run: Path, root: Path | None = None) -> str:
         return str(run)
 
 
+def read_table(out_dir: Path, stem: str) -> pd.DataFrame | None:
+    """The table ``stem`` previously written to ``out_dir`` (from its Parquet file), or None if absent."""
+    path = Path(out_dir) / f"{stem}.parquet"
+    if not path.exists():
+        return None
+    try:
+        return pd.read_parquet(path)
+    except Exception as err:  # a damaged file is reported, never silently overwritten
+        raise PosencError(f"cannot update {path}: unreadable ({type(err).__name__}); move it away first") from err
+
+
 def write_tables(table: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
     """Write ``table`` as CSV, Parquet and Markdown into ``out_dir``, each file atomically."""
     out_dir = Path(out_dir)

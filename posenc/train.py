@@ -62,7 +62,9 @@ def make_optimizer(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.Optimi
     return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=(0.9, 0.98))
 
 
-def train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any]) -> dict[str, Any]:
+def train(
+    cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], overrides: list[str] | None = None
+) -> dict[str, Any]:
     """Train the model ``cfg`` describes into ``run_dir``, resuming from its checkpoint if there is one.
 
     Writes ``config.yaml``, ``checkpoint.pt`` (every ``train.checkpoint_every`` steps and at the end, on
@@ -73,6 +75,7 @@ def train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any]) -> dict[st
         cfg: the checked run configuration.
         run_dir: output folder (created if needed).
         config_dict: the resolved config as a plain mapping, stored with the checkpoint.
+        overrides: the command-line overrides, kept in ``overrides.yaml`` for the record.
 
     Returns:
         The final metrics (also written to ``metrics.json``).
@@ -84,6 +87,8 @@ def train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any]) -> dict[st
         return json.loads((run_dir / run_io.METRICS_FILE).read_text())
     run_dir.mkdir(parents=True, exist_ok=True)
     run_io.atomic_write_text(run_dir / run_io.CONFIG_FILE, run_io.dump_yaml(config_dict))
+    if overrides is not None:
+        run_io.atomic_write_text(run_dir / run_io.OVERRIDES_FILE, run_io.dump_yaml(overrides))
 
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
@@ -215,7 +220,8 @@ def hydra_main(cfg: DictConfig) -> float:
         if "BasicLauncher" not in launcher:
             config_dict["progress"] = False  # parallel or cluster jobs: no live bars
         run_cfg = run_config_from_dict(config_dict)
-        metrics = train(run_cfg, Path(hydra_cfg.runtime.output_dir), config_dict)
+        overrides = list(hydra_cfg.overrides.task)
+        metrics = train(run_cfg, Path(hydra_cfg.runtime.output_dir), config_dict, overrides)
     except TrainingInterrupted as err:  # checkpoint saved: stop this process (a whole sweep too)
         print_error(str(err))
         sys.exit(err.exit_code)

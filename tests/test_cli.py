@@ -74,6 +74,25 @@ def test_extrapolate_writes_tidy_tables_and_reports_learned_overflow(trained_run
     assert "learned" in result.stdout and "rope" in result.stdout
 
 
+def test_extrapolate_updates_rows_in_place_and_skips_broken_runs(trained_runs: Path, tmp_path):
+    out = tmp_path / "tables"
+    args = ["extrapolate", "--runs", str(trained_runs), "--out", str(out), "--sequences", "2", "--device", "cpu"]
+    assert runner.invoke(app, [*args, "--lengths", "16,24"]).exit_code == 0
+    first = pd.read_parquet(out / "extrapolation.parquet")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / CHECKPOINT_FILE).write_bytes(b"garbage")
+    (broken / METRICS_FILE).write_text("{}")
+    result = runner.invoke(app, [*args, "--runs", str(broken), "--lengths", "24,32"])
+    assert result.exit_code == 0, result.output
+    assert "skipped:" in result.stderr and "cannot read checkpoint" in result.stderr
+    table = pd.read_parquet(out / "extrapolation.parquet")
+    assert len(table) == 6 and not table.duplicated(["run", "eval_length"]).any()
+    assert sorted(set(table.eval_length)) == [16, 24, 32]
+    kept = table[table.eval_length == 16].reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, first[first.eval_length == 16].reset_index(drop=True))
+
+
 def test_runs_lists_training_metrics(trained_runs: Path, tmp_path):
     result = runner.invoke(app, ["runs", "--runs", str(trained_runs), "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

@@ -1,0 +1,75 @@
+"""Check `posenc train` overrides before Hydra starts, so bad input is one line and no job starts.
+
+Hydra reports composition errors over several lines, and in a sweep only once jobs have run. Here every
+configuration a simple sweep would produce (plain comma lists; up to :data:`MAX_COMBINATIONS`) is
+composed with Hydra's compose API and converted to a checked :class:`~posenc.config.RunConfig`.
+Overrides Hydra handles itself (``hydra.*``, ``hydra/...``, sweep functions like ``range()``) are left to it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from hydra import compose, initialize_config_module
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from posenc.config import run_config_from_dict
+from posenc.encoders import ENCODERS
+from posenc.errors import ConfigError, PosencError
+from posenc.tasks import TASKS
+
+MAX_COMBINATIONS = 64  # beyond this, only the first value of each list is checked (plus every encoder/task)
+_SWEEP_FUNCTION = re.compile(r"=\s*\w+\(")  # range(...), choice(...), glob(...), interval(...)
+
+
+def _split(override: str) -> tuple[str, list[str]]:
+    key, _, value = override.partition("=")
+    if value.startswith(("[", "{", "'", '"')):
+        return key, [value]  # a list/dict/quoted value, not a sweep
+    return key, value.split(",")
+
+
+def _combinations(overrides: list[str]) -> list[list[str]]:
+    choices = []
+    for override in overrides:
+        key, values = _split(override)
+        choices.append([f"{key}={v}" for v in values])
+    if len(list(itertools.islice(itertools.product(*choices), MAX_COMBINATIONS + 1))) <= MAX_COMBINATIONS:
+        return [list(c) for c in itertools.product(*choices)]
+    first = [c[0] for c in choices]
+    every = [c for c in choices if c[0].split("=")[0] in ("encoder", "task")]
+    return [first] + [[*first, *picked] for picked in itertools.product(*every)]
+
+
+def check_known_choices(overrides: list[str]) -> None:
+    """Unknown encoders and tasks, named with the known ones."""
+    registries = {"encoder": ENCODERS, "task": TASKS}
+    for override in overrides:
+        key, values = _split(override)
+        if key in registries:
+            for value in values:
+                if value not in registries[key]:
+                    raise ConfigError(f"unknown {key} '{value}'; known: {', '.join(registries[key])}")
+
+
+def precheck(args: list[str]) -> None:
+    """Raise a one-line :class:`PosencError` if ``posenc train ARGS`` would fail on its config."""
+    if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
+        return  # --cfg, --help, --info, -c ...: Hydra's own modes
+    overrides = [a for a in args if not a.startswith("-") and not a.startswith(("hydra.", "hydra/", "+hydra"))]
+    if any(_SWEEP_FUNCTION.search(o) for o in overrides):
+        return
+    check_known_choices(overrides)
+    try:
+        with initialize_config_module(config_module="posenc.conf", version_base="1.3"):
+            for combination in _combinations(overrides):
+                cfg = compose(config_name="config", overrides=combination)
+                run_config_from_dict(OmegaConf.to_container(cfg, resolve=True)).build()
+    except (HydraException, OmegaConfBaseException) as err:
+        if isinstance(err, PosencError):
+            raise
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        raise ConfigError(" ".join(line for line in lines if not line.startswith(("full_key", "object_type"))))

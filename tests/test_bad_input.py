@@ -1,0 +1,100 @@
+"""Bad input, table-driven: each case gives one `error:` line, a non-zero exit, no traceback, and leaves
+every existing file byte-for-byte as it was."""
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import TINY
+from typer.testing import CliRunner
+
+from posenc.cli import app
+from posenc.io import CHECKPOINT_FILE, METRICS_FILE
+
+runner = CliRunner()
+
+# (case id, posenc arguments; {run} is a finished tiny run, {out} a folder with tables, {tmp} the test dir)
+CASES = [
+    ("unknown encoder", ["train", "encoder=bogus"]),
+    ("unknown encoder in a sweep", ["train", "-m", "encoder=rope,bogus"]),
+    ("unknown task", ["train", "task=sorting"]),
+    ("unknown model option", ["train", "model.width=3"]),
+    ("unknown train option", ["train", "train.epochs=3"]),
+    ("unknown encoder option", ["train", "encoder=alibi", "+encoder.base=2.0"]),
+    ("unknown task option", ["train", "+task.n_colours=3"]),
+    ("wrong type: steps", ["train", "train.steps=many"]),
+    ("wrong type: lr", ["train", "train.lr=fast"]),
+    ("wrong type: variable_length", ["train", "task.variable_length=sometimes"]),
+    ("wrong type: encoder base", ["train", "encoder.base=big"]),
+    ("zero length", ["train", "task.length=0"]),
+    ("negative length", ["train", "task.length=-64"]),
+    ("huge length", ["train", "task.length=100000000"]),
+    ("odd head dim for rope", ["train", "encoder=rope", "model.d_model=18"]),
+    ("odd head dim for xpos", ["train", "encoder=xpos", "model.d_model=18"]),
+    ("heads do not divide d_model", ["train", "model.n_heads=3"]),
+    ("zero heads", ["train", "model.n_heads=0"]),
+    ("negative seed", ["train", "seed=-1"]),
+    ("unknown device", ["train", "device=tpu"]),
+    ("checkpoint from a different encoder", ["train", "encoder=alibi", "hydra.run.dir={run}"]),
+    ("resume from nowhere", ["train", "resume={tmp}/nowhere"]),
+    ("malformed lengths", ["extrapolate", "--runs", "{run}", "--lengths", "512;2048", "--out", "{out}"]),
+    ("zero length to extrapolate", ["extrapolate", "--runs", "{run}", "--lengths", "0,64", "--out", "{out}"]),
+    ("negative length to extrapolate", ["extrapolate", "--runs", "{run}", "--lengths=-8", "--out", "{out}"]),
+    ("huge length to extrapolate", ["extrapolate", "--runs", "{run}", "--lengths", "9" * 12, "--out", "{out}"]),
+    ("missing run directory", ["extrapolate", "--runs", "{tmp}/missing", "--out", "{out}"]),
+    ("empty runs folder", ["extrapolate", "--runs", "{tmp}/empty", "--out", "{out}"]),
+    ("unreadable checkpoint", ["extrapolate", "--runs", "{tmp}/garbage", "--out", "{out}"]),
+    ("unfinished run", ["extrapolate", "--runs", "{tmp}/unfinished", "--out", "{out}"]),
+    ("zero sequences", ["extrapolate", "--runs", "{run}", "--sequences", "0", "--out", "{out}"]),
+    ("output is a file", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "{run}/" + METRICS_FILE]),
+    ("damaged existing table", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/damaged"]),
+    ("read-only output folder", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/readonly"]),
+    ("unwritable output folder", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "/proc/posenc"]),
+    ("runs of a missing folder", ["runs", "--runs", "{tmp}/missing"]),
+]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, request) -> Path:
+    """A finished tiny run, a folder of tables, and the broken things the cases point at."""
+    tmp = tmp_path_factory.mktemp("bad-input")
+    result = runner.invoke(app, ["train", *TINY, f"hydra.run.dir={tmp / 'run'}"])
+    assert result.exit_code == 0, result.output
+    out = tmp / "out"
+    assert runner.invoke(app, ["extrapolate", "--runs", str(tmp / "run"), "--lengths", "16", "--out", str(out)]).exit_code == 0
+    (tmp / "empty").mkdir()
+    for name, content in [("garbage", b"not a checkpoint"), ("unfinished", (tmp / "run" / CHECKPOINT_FILE).read_bytes())]:
+        (tmp / name).mkdir()
+        (tmp / name / CHECKPOINT_FILE).write_bytes(content)
+    (tmp / "garbage" / METRICS_FILE).write_text("{}")
+    (tmp / "damaged").mkdir()
+    (tmp / "damaged" / "extrapolation.parquet").write_bytes(b"PAR1 broken")
+    (tmp / "readonly").mkdir()
+    os.chmod(tmp / "readonly", 0o555)
+    request.addfinalizer(lambda: os.chmod(tmp / "readonly", 0o755))
+    return tmp
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("case, args", CASES, ids=[c for c, _ in CASES])
+def test_bad_input_is_refused_in_one_line_and_changes_nothing(workspace, monkeypatch, case, args):
+    if case == "read-only output folder" and os.geteuid() == 0:
+        pytest.skip("root can write into read-only folders")
+    monkeypatch.chdir(workspace)
+    places = {"run": workspace / "run", "out": workspace / "out", "tmp": workspace}
+    argv = [a.format(**places) for a in args]
+    if argv[0] == "train":
+        argv = ["train", *TINY, *argv[1:]]
+    before = snapshot(workspace)
+    result = runner.invoke(app, argv)
+    assert result.exit_code not in (0, None), result.output
+    stderr = result.stderr
+    assert "Traceback" not in stderr and result.exception is None or isinstance(result.exception, SystemExit)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    after = snapshot(workspace)
+    changed = {k for k in before if before[k] != after.get(k)}
+    assert not changed, f"{case}: changed {changed}"
