@@ -71,5 +71,13 @@ def precheck(args: list[str]) -> None:
     except (HydraException, OmegaConfBaseException) as err:
         if isinstance(err, PosencError):
             raise
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        raise ConfigError(" ".join(line for line in lines if not line.startswith(("full_key", "object_type"))))
+        raise ConfigError(_one_line(str(err))) from err
+
+
+def _one_line(message: str) -> str:
+    """Hydra's multi-line composition error as one line, without hints that do not apply to posenc."""
+    unknown = re.match(r"Could not override '([^']+)'", message)
+    if unknown:  # Hydra suggests `+key=value`, which posenc would refuse as an unknown key anyway
+        return f"unknown config key '{unknown[1]}' (posenc train --cfg job shows every key)"
+    message = message.split("Config search path")[0]
+    return " ".join(line.strip() for line in message.splitlines() if line.strip())
