@@ -66,7 +66,7 @@ def extrapolate(
     device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
 ) -> None:
     """Evaluate trained runs at each length and write one tidy table (CSV, Parquet, Markdown)."""
-    from posenc.extrapolate import TABLE_STEM, merge_into, parse_lengths
+    from posenc.extrapolate import TABLE_STEM, merge_into, parse_lengths, summary, summary_markdown
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.io import find_runs
     from posenc.tables import read_table, write_tables
@@ -77,16 +77,20 @@ def extrapolate(
             raise PosencError(f"--sequences must be >= 1, got {sequences}")
         if device not in ("auto", "cpu", "cuda"):
             raise PosencError(f"--device must be auto, cpu or cuda; got {device!r}")
-        found = find_runs(list(runs) if runs else [DEFAULT_RESULTS])
+        found = find_runs(runs or _default_runs())
         previous = read_table(out, TABLE_STEM)  # read before the long work: a bad --out fails early
         table, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device)
-        paths = write_tables(merge_into(previous, table), out, TABLE_STEM)
+        merged = merge_into(previous, table)
+        paths = write_tables(merged, out, TABLE_STEM, summary=summary_markdown(merged))
     except PosencError as err:
         fail(str(err))
     except KeyboardInterrupt:  # tables are written only at the end, atomically: nothing is half-written
         print_error("interrupted; no table written")
         raise typer.Exit(130)
-    print_table(table.drop(columns="run"))
+    shown = summary(table).reset_index()
+    shown.columns = [str(c) for c in shown.columns]
+    console.print("[bold]exact match by evaluation length[/] (all columns in the files below)")
+    print_table(shown)
     for reason in skipped:
         console.print(f"[yellow]skipped:[/] {reason}", highlight=False, soft_wrap=True)
     console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
@@ -107,13 +111,19 @@ def runs(
     from posenc.tables import training_table, write_tables
 
     try:
-        table = training_table(find_runs(list(runs) if runs else [DEFAULT_RESULTS]))
+        table = training_table(find_runs(runs or _default_runs()))
         paths = write_tables(table, out, "training") if out is not None else []
     except PosencError as err:
         fail(str(err))
     print_table(table)
     if paths:
         console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
+
+
+def _default_runs() -> list[Path]:
+    if not DEFAULT_RESULTS.is_dir():
+        raise PosencError(f"no {DEFAULT_RESULTS}/ folder here: train with `posenc train`, or pass --runs PATH")
+    return [DEFAULT_RESULTS]
 
 
 def _fmt(value: object) -> str:

@@ -111,3 +111,22 @@ def merge_into(existing: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame
         keep = [(r, n) not in keys for r, n in zip(existing["run"], existing["eval_length"])]
         merged = pd.concat([existing[keep][COLUMNS], new], ignore_index=True)
     return merged.sort_values(["task", "encoder", "seed", "run", "eval_length"], ignore_index=True)
+
+
+def summary(table: pd.DataFrame, metric: str = "exact_match") -> pd.DataFrame:
+    """``metric`` as (task, encoder, train length) x eval length, averaged over seeds; NaN where undefined."""
+    return table.pivot_table(
+        index=["task", "encoder", "train_length"], columns="eval_length", values=metric, aggfunc="mean",
+        dropna=False,
+    )
+
+
+def summary_markdown(table: pd.DataFrame) -> str:
+    """Exact match and token accuracy by evaluation length, one Markdown table each."""
+    parts = []
+    for metric in ("exact_match", "token_accuracy"):
+        pivot = summary(table, metric).reset_index()
+        pivot.columns = [str(c) for c in pivot.columns]
+        parts.append(f"### {metric.replace('_', ' ')} by evaluation length\n\n"
+                     + pivot.to_markdown(index=False, floatfmt=".3f"))
+    return "\n\n".join(parts) + "\n"

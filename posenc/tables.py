@@ -48,8 +48,11 @@ def read_table(out_dir: Path, stem: str) -> pd.DataFrame | None:
         raise PosencError(f"cannot update {path}: unreadable ({type(err).__name__}); move it away first") from err
 
 
-def write_tables(table: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
-    """Write ``table`` as CSV, Parquet and Markdown into ``out_dir``, each file atomically."""
+def write_tables(table: pd.DataFrame, out_dir: Path, stem: str, summary: str | None = None) -> list[Path]:
+    """Write ``table`` as CSV, Parquet and Markdown into ``out_dir``, each file atomically.
+
+    ``summary`` (Markdown text), if given, goes to ``<stem>_summary.md``.
+    """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise PosencError(f"--out is not a directory: {out_dir}")
@@ -60,6 +63,9 @@ def write_tables(table: pd.DataFrame, out_dir: Path, stem: str) -> list[Path]:
         run_io.atomic_write_text(csv_path, table.to_csv(index=False))
         run_io.atomic_write(parquet_path, lambda f: table.to_parquet(f, index=False))
         run_io.atomic_write_text(md_path, table.to_markdown(index=False, floatfmt=".4f") + "\n")
+        if summary is not None:
+            paths.append(out_dir / f"{stem}_summary.md")
+            run_io.atomic_write_text(paths[-1], summary)
     except OSError as err:
         raise PosencError(f"cannot write tables to {out_dir}: {err.strerror or err}") from err
     return paths

@@ -124,6 +124,7 @@ def test_extrapolate_reports_unreadable_checkpoints(tmp_path):
     run = tmp_path / "broken"
     run.mkdir()
     (run / CHECKPOINT_FILE).write_bytes(b"not a checkpoint")
+    (run / METRICS_FILE).write_text("{}")
     result = runner.invoke(app, ["extrapolate", "--runs", str(run), "--out", str(tmp_path)])
     assert_one_line_error(result.exit_code, result.stderr, "cannot read checkpoint")
 
