@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import logging
@@ -34,6 +35,20 @@ from posenc.evaluate import Scores, answer_loss, evaluate
 from posenc.progress import live_bars, make_progress, print_error
 
 log = logging.getLogger("posenc.train")
+
+
+def short_dirname(text: str, limit: int = 120) -> str:
+    """A folder name for an override string: itself when short, else a prefix and a stable hash of it.
+
+    Run directories are named after their overrides; file systems cap a name at 255 bytes.
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:80]}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+
+# Used by conf/config.yaml's run and sweep directories; registered on import, also in launcher workers.
+OmegaConf.register_new_resolver("posenc_dirname", short_dirname, replace=True)
 
 
 def resolve_device(name: str) -> torch.device:

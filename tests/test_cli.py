@@ -11,10 +11,11 @@ from posenc.cli import app
 from posenc.encoders import ENCODERS
 from posenc.extrapolate import COLUMNS
 from posenc.io import CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE
+from posenc.train import short_dirname
 
 runner = CliRunner()
 # The sub-folder Hydra names after the tiny overrides (sorted, joined by commas).
-OVERRIDE_DIR = ",".join(sorted(o for o in TINY if not o.startswith("progress=")))
+OVERRIDE_DIR = short_dirname(",".join(sorted(o for o in TINY if not o.startswith("progress="))))
 
 
 def assert_one_line_error(returncode: int, stderr: str, *needles: str) -> None:

@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_config, tiny_dict
 
 from posenc import io as run_io
-from posenc.train import lr_factor, train
+from posenc.train import lr_factor, short_dirname, train
 
 
 def test_train_writes_checkpoint_metrics_history(tmp_path):
@@ -59,3 +59,11 @@ def test_default_rope_learns_copy(tmp_path):
     config = compose_dict(["progress=false"])
     metrics = train(run_config_from_dict(config), tmp_path, config)
     assert metrics["exact_match"] >= 0.99
+
+
+def test_long_override_dirnames_are_shortened_stably():
+    short = "model.n_layers=3,task.length=128"
+    assert short_dirname(short) == short
+    long = ",".join(f"train.option{i}={i}" for i in range(40))
+    name = short_dirname(long)
+    assert len(name) <= 100 and name == short_dirname(long) and name != short_dirname(long + "x")
