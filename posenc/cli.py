@@ -1,4 +1,4 @@
-"""The ``posenc`` command line (Typer): train, extrapolate, encoders, tasks."""
+"""The ``posenc`` command line (Typer): train, extrapolate, runs, encoders, tasks."""
 
 from __future__ import annotations
 
@@ -157,7 +157,3 @@ def tasks() -> None:
     width = max(map(len, TASKS))
     for key, cls in TASKS.items():
         typer.echo(f"{key:<{width}}  {cls.description}")
-
-
-def main() -> None:  # pragma: no cover - console-script shim
-    app()

@@ -133,6 +133,8 @@ class ALiBi(PositionalEncoder):
 class RotaryEncoder(PositionalEncoder):
     """Shared validation for encoders that rotate dimension pairs of q and k."""
 
+    key: ClassVar[str] = ""  # registry key, for messages
+
     def __init__(self, shape: AttentionShape, train_length: int, base: float) -> None:
         super().__init__(shape, train_length)
         if shape.head_dim % 2:
@@ -144,8 +146,6 @@ class RotaryEncoder(PositionalEncoder):
             raise ConfigError(f"encoder.base must be > 1, got {base}")
         self.base = base
         self.register_buffer("inv_freq", F.rope_inv_freq(shape.head_dim, base), persistent=False)
-
-    key: ClassVar[str] = ""
 
 
 class RoPE(RotaryEncoder):
