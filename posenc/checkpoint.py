@@ -72,14 +72,10 @@ def config_difference(old: dict[str, Any], new: dict[str, Any], prefix: str = ""
 
 def load_training_state(path: Path, config: dict[str, Any]) -> dict[str, Any]:
     """The checkpoint at ``path``, checked to belong to ``config``; raises :class:`PosencError` if not."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        stored = state["config"]
-    except Exception as err:  # a truncated or foreign file must not crash the run
-        raise PosencError(f"cannot resume from {path}: not a posenc checkpoint ({type(err).__name__})") from err
+    state = run_io.read_checkpoint(path)
     if "optimizer" not in state:
         raise PosencError(f"cannot resume from {path}: it holds weights only, no training state")
-    diff = config_difference(comparable(stored), comparable(config))
+    diff = config_difference(comparable(state["config"]), comparable(config))
     if diff:
         raise PosencError(
             f"{path} belongs to a different run: {diff}; train this config in another hydra.run.dir"

@@ -13,8 +13,9 @@ from typing import Any
 
 from posenc.encoders import AttentionShape, build_encoder, check_encoder_name
 from posenc.errors import ConfigError
+from posenc.options import checked_value
 from posenc.model import ModelConfig
-from posenc.tasks import TASKS, build_task
+from posenc.tasks import build_task, check_task_name
 
 MAX_LENGTH = 1 << 20  # longest sequence posenc accepts anywhere: beyond it nothing fits in memory
 
@@ -94,10 +95,8 @@ def _typed(cls: type, values: dict[str, Any], where: str, extra_to: str | None =
             extra[key] = value
             continue
         want = hints[key]
-        if want is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if want in (int, float, str, bool) and type(value) is not want:
-            raise ConfigError(f"{where}.{key} must be of type {want.__name__}, got {value!r}")
+        if want in (int, float, str, bool):
+            value = checked_value(f"{where}.{key}", value, want)
         kwargs[key] = value
     if extra_to is not None:
         kwargs[extra_to] = extra
@@ -134,8 +133,7 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"resume must be true, false or a run directory, got {resume!r}")
 
     check_encoder_name(encoder.name)
-    if task.name not in TASKS:
-        raise ConfigError(f"unknown task '{task.name}'; known tasks: {', '.join(TASKS)}")
+    check_task_name(task.name)
     if not 1 <= task.length <= MAX_LENGTH:
         raise ConfigError(f"task.length must be between 1 and {MAX_LENGTH}, got {task.length}")
     if task.variable_length and not 1 <= task.min_length <= task.length:

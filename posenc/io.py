@@ -78,15 +78,25 @@ def find_runs(paths: list[Path]) -> list[Path]:
     return sorted(runs)
 
 
+def read_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """The checkpoint payload at ``path`` (holding a ``config``).
+
+    An unreadable, truncated or foreign file raises :class:`PosencError`.
+    """
+    try:
+        payload = torch.load(path, map_location=device, weights_only=True)
+        payload["config"]
+    except Exception as err:  # any truncated or foreign file: report it, do not crash
+        reason = f"not a posenc checkpoint ({type(err).__name__})"
+        raise PosencError(f"cannot read checkpoint {path}: {reason}") from err
+    return payload
+
+
 def load_run(run_dir: Path, device: torch.device | str = "cpu"):
     """``(RunConfig, task, model)`` of a trained run, the model in eval mode on ``device``."""
     path = Path(run_dir) / CHECKPOINT_FILE
-    try:
-        payload = torch.load(path, map_location=device, weights_only=True)
-        config = payload["config"]
-    except Exception as err:  # any unreadable or foreign file: report it, do not crash
-        raise PosencError(f"cannot read checkpoint {path}: not a posenc checkpoint ({type(err).__name__})") from err
-    cfg: RunConfig = run_config_from_dict(config)
+    payload = read_checkpoint(path, device)
+    cfg: RunConfig = run_config_from_dict(payload["config"])
     task, _, model = cfg.build()
     try:
         model.load_state_dict(payload["model"])

@@ -8,6 +8,15 @@ from typing import Any
 from posenc.errors import ConfigError
 
 
+def checked_value(where: str, value: Any, want: type) -> Any:
+    """``value`` as type ``want`` (an int is accepted as a float); any other mismatch raises ``ConfigError``."""
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if type(value) is not want:
+        raise ConfigError(f"{where} must be of type {want.__name__}, got {value!r}")
+    return value
+
+
 def keyword_options(cls: type) -> dict[str, Any]:
     """The keyword-only parameters of ``cls.__init__`` with their defaults."""
     params = inspect.signature(cls.__init__).parameters.values()
@@ -27,10 +36,5 @@ def check_options(group: str, name: str, cls: type, options: dict[str, Any]) -> 
         if key not in allowed:
             known = ", ".join(allowed) or "none"
             raise ConfigError(f"{group} '{name}' has no option '{key}' (its options: {known})")
-        want = type(allowed[key])
-        if want is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if type(value) is not want:
-            raise ConfigError(f"{group}.{key} must be of type {want.__name__}, got {value!r}")
-        checked[key] = value
+        checked[key] = checked_value(f"{group}.{key}", value, type(allowed[key]))
     return checked

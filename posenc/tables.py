@@ -16,7 +16,7 @@ TRAINING_COLUMNS = [
 ]  # fmt: skip
 
 
-def training_table(runs: list[Path], root: Path | None = None) -> pd.DataFrame:
+def training_table(runs: list[Path]) -> pd.DataFrame:
     """One row per run: its final in-distribution metrics from ``metrics.json`` (NaN where missing)."""
     rows = []
     for run in runs:
@@ -25,14 +25,14 @@ def training_table(runs: list[Path], root: Path | None = None) -> pd.DataFrame:
             metrics = json.loads(path.read_text())
         except (OSError, ValueError):
             metrics = {}
-        rows.append({**{c: None for c in TRAINING_COLUMNS}, **metrics, "run": describe_run(run, root)})
+        rows.append({**{c: None for c in TRAINING_COLUMNS}, **metrics, "run": describe_run(run)})
     return pd.DataFrame(rows, columns=TRAINING_COLUMNS)
 
 
-def describe_run(run: Path, root: Path | None = None) -> str:
-    """``run`` relative to ``root`` (default: the working directory) when below it, else as given."""
+def describe_run(run: Path) -> str:
+    """``run`` relative to the working directory when below it, else as given."""
     try:
-        return str(run.resolve().relative_to((root or Path.cwd()).resolve()))
+        return str(run.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(run)
 

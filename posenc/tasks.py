@@ -117,9 +117,13 @@ class Retrieval(Task):
 TASKS: dict[str, type[Task]] = {"copy": Copy, "retrieval": Retrieval}
 
 
-def build_task(name: str, options: dict[str, Any] | None = None) -> Task:
-    """Build task ``name``; unknown names or options raise :class:`ConfigError`."""
+def check_task_name(name: str) -> None:
     if name not in TASKS:
         raise ConfigError(f"unknown task '{name}'; known tasks: {', '.join(TASKS)}")
+
+
+def build_task(name: str, options: dict[str, Any] | None = None) -> Task:
+    """Build task ``name``; unknown names or options raise :class:`ConfigError`."""
+    check_task_name(name)
     cls = TASKS[name]
     return cls(**check_options("task", name, cls, options or {}))
