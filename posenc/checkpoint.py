@@ -20,6 +20,9 @@ from posenc.errors import PosencError
 
 # Config keys that do not change what is trained, so a run may resume under other values of them.
 NEUTRAL_KEYS = ("progress", "resume", "paths", "device")
+# Nested keys that choose how, not what, is computed (same results within fp32 tolerance): a run may be
+# resumed with other values, and a run recorded before they existed still resumes.
+NEUTRAL_NESTED = {"train": ("compile",), "model": ("attention",)}
 
 
 class TrainingInterrupted(PosencError):
@@ -54,7 +57,11 @@ def set_rng_states(states: dict[str, Any], data: torch.Generator) -> None:
 
 
 def comparable(config: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in config.items() if k not in NEUTRAL_KEYS}
+    out = {k: v for k, v in config.items() if k not in NEUTRAL_KEYS}
+    for group, keys in NEUTRAL_NESTED.items():
+        if isinstance(out.get(group), dict):
+            out[group] = {k: v for k, v in out[group].items() if k not in keys}
+    return out
 
 
 def config_difference(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> str | None:

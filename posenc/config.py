@@ -47,6 +47,10 @@ class TrainConfig:
     eval_sequences: int = 256  # sequences for the final in-distribution evaluation
     log_every: int = 50  # steps between progress/log updates
     checkpoint_every: int = 250  # steps between checkpoints (0: only at the end)
+    # torch.compile the training step's model: "auto" = on CUDA only (on a 2-core CPU it is slower for this
+    # model size, see scripts/bench.py), or true / false.
+    compile: bool | str = "auto"
+    precision: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU | fp32 | bf16
 
 
 @dataclass
@@ -145,6 +149,10 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     _positive("train.lr", train.lr)
     if not 0 <= train.final_lr_ratio <= 1:
         raise ConfigError(f"train.final_lr_ratio must be in [0, 1], got {train.final_lr_ratio}")
+    if not (train.compile is True or train.compile is False or train.compile == "auto"):
+        raise ConfigError(f"train.compile must be true, false or auto; got {train.compile!r}")
+    if train.precision not in ("auto", "fp32", "bf16"):
+        raise ConfigError(f"train.precision must be one of auto, fp32, bf16; got {train.precision!r}")
     if train.warmup_steps < 0 or train.weight_decay < 0 or train.grad_clip < 0:
         raise ConfigError("train.warmup_steps, train.weight_decay and train.grad_clip must be >= 0")
     return RunConfig(encoder, task, model, train, seed=seed, device=device, progress=progress, resume=resume)

@@ -4,7 +4,9 @@ An encoder can act on the model in three places, through the hooks of :class:`Po
 
 * ``embed``  - on the input embeddings (absolute encodings: sinusoidal, learned);
 * ``rotate`` - on queries and keys inside attention (rotary encodings: RoPE, RoPE+NTK, xPos);
-* ``score_bias`` - as an additive attention-score bias (ALiBi), when ``has_score_bias`` is set.
+* ``score_bias`` - as an additive attention-score bias (ALiBi), when ``has_score_bias`` is set; such an
+  encoder may also give the same bias as a FlexAttention ``score_mod`` (``score_mod``), which the model
+  uses for long sequences (linear memory, no bias tensor at all).
 
 The base class does nothing in all three, which is exactly NoPE. The model calls the hooks and never
 looks at an encoder's name. Formulas live in :mod:`posenc.functional`.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -66,6 +69,14 @@ class PositionalEncoder(nn.Module):
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         """Additive score bias ``[n_h, s_q, s_k]`` (only called when ``has_score_bias``)."""
         raise NotImplementedError
+
+    def score_mod(self) -> Callable[..., Tensor] | None:
+        """``score_bias`` as a FlexAttention ``score_mod(score, b, h, q_idx, kv_idx)``, or None if not given.
+
+        Used for the model's positions ``0..s-1``, so ``q_idx``/``kv_idx`` are the positions themselves (no
+        gather inside the kernel: ~12% faster). Must agree with ``score_bias`` (tests check it).
+        """
+        return None
 
 
 class NoPE(PositionalEncoder):
@@ -129,6 +140,14 @@ class ALiBi(PositionalEncoder):
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         return F.alibi_bias(self.slopes, q_positions, k_positions)  # [n_h, s_q, s_k]
 
+    def score_mod(self) -> Callable[..., Tensor]:
+        slopes = self.slopes
+
+        def alibi(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return score - slopes[h] * (q_idx - kv_idx).to(score.dtype)
+
+        return alibi
+
 
 class RotaryEncoder(PositionalEncoder):
     """Shared validation for encoders that rotate dimension pairs of q and k."""
@@ -146,6 +165,37 @@ class RotaryEncoder(PositionalEncoder):
             raise ConfigError(f"encoder.base must be > 1, got {base}")
         self.base = base
         self.register_buffer("inv_freq", F.rope_inv_freq(shape.head_dim, base), persistent=False)
+        # (query, key) rotation tables per positions tensor: computed once per forward, not per layer.
+        # The model reuses one positions tensor per length, so repeated forwards reuse the tables too.
+        self._tables: dict[tuple[int, torch.dtype], tuple[Tensor, tuple[Tensor, Tensor]]] = {}
+
+    def rotations(self, positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """The complex ``(query, key)`` factors ``[s, h_d/2]`` for :func:`posenc.functional.apply_rotation`."""
+        rotation = F.rope_rotation(positions, inv_freq, dtype)
+        return rotation, rotation
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        dtype = torch.complex128 if q.dtype == torch.float64 else torch.complex64
+        if torch.compiler.is_compiling():  # the compiler folds the tables into its graph
+            rq, rk = self.rotations(positions, self.inv_freq_for(q.shape[-2]), dtype)
+        else:
+            rq, rk = self._cached_rotations(positions, q.shape[-2], dtype)
+        return F.apply_rotation(q, rq), F.apply_rotation(k, rk)
+
+    def inv_freq_for(self, length: int) -> Tensor:
+        """Inverse frequencies used for a sequence of ``length`` tokens, ``[h_d/2]``."""
+        return self.inv_freq
+
+    def _cached_rotations(self, positions: Tensor, length: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        key = (id(positions), dtype)
+        hit = self._tables.get(key)
+        if hit is not None and hit[0] is positions and hit[1][0].device == self.inv_freq.device:
+            return hit[1]
+        tables = self.rotations(positions, self.inv_freq_for(length), dtype)
+        if len(self._tables) >= 8:  # a few lengths at a time (e.g. training + evaluation)
+            self._tables.pop(next(iter(self._tables)))
+        self._tables[key] = (positions, tables)  # holding `positions` keeps its id unique
+        return tables
 
 
 class RoPE(RotaryEncoder):
@@ -156,9 +206,6 @@ class RoPE(RotaryEncoder):
 
     def __init__(self, shape: AttentionShape, train_length: int, *, base: float = 10000.0) -> None:
         super().__init__(shape, train_length, base)
-
-    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        return F.apply_rope(q, positions, self.inv_freq), F.apply_rope(k, positions, self.inv_freq)
 
 
 class RoPENTK(RoPE):
@@ -178,10 +225,6 @@ class RoPENTK(RoPE):
             return self.inv_freq
         base = F.ntk_base(self.base, self.shape.head_dim, factor)
         return F.rope_inv_freq(self.shape.head_dim, base, device=self.inv_freq.device)
-
-    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        inv_freq = self.inv_freq_for(q.shape[-2])
-        return F.apply_rope(q, positions, inv_freq), F.apply_rope(k, positions, inv_freq)
 
 
 class XPos(RotaryEncoder):
@@ -205,8 +248,8 @@ class XPos(RotaryEncoder):
         self.gamma = gamma
         self.scale_base = scale_base
 
-    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        return F.apply_xpos(q, k, positions, self.inv_freq, self.gamma, self.scale_base)
+    def rotations(self, positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        return F.xpos_rotations(positions, inv_freq, self.shape.head_dim, self.gamma, self.scale_base, dtype)
 
 
 #: The registry: key -> encoder class. ``conf/encoder/<key>.yaml`` exists for every key.

@@ -22,8 +22,11 @@ __all__ = [
     "rope_inv_freq",
     "ntk_base",
     "rope_angles",
+    "rope_rotation",
+    "apply_rotation",
     "apply_rope",
     "xpos_zeta",
+    "xpos_rotations",
     "apply_xpos",
 ]
 
@@ -157,6 +160,49 @@ def rope_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
     return torch.outer(positions.to(torch.float64), inv_freq.to(torch.float64))
 
 
+def rope_rotation(positions: Tensor, inv_freq: Tensor, dtype: torch.dtype = torch.complex64) -> Tensor:
+    """RoPE's rotations as unit complex numbers ``exp(i * positions[m] * inv_freq[j])`` (RoFormer eq. 34).
+
+    Rotating the pair ``(x[2j], x[2j+1])`` by an angle is multiplying the complex number
+    ``x[2j] + i x[2j+1]`` by this factor; :func:`apply_rotation` does that. Encoders cache the table per
+    sequence, so it is computed once, not per layer and call.
+
+    Args:
+        positions: ``[seq]``.
+        inv_freq: ``[head_dim // 2]``.
+        dtype: complex dtype of the table (``complex64`` for float32 inputs, ``complex128`` for float64).
+
+    Returns:
+        ``[seq, head_dim // 2]`` complex table on ``inv_freq``'s device.
+    """
+    angles = rope_angles(positions, inv_freq)  # [s, h_d/2] float64
+    return torch.polar(torch.ones_like(angles), angles).to(dtype)
+
+
+def apply_rotation(x: Tensor, rotation: Tensor) -> Tensor:
+    """Multiply each dimension pair ``x[..., 2j] + i x[..., 2j+1]`` by ``rotation[m, j]`` (RoFormer layout).
+
+    One complex multiply instead of the ``rotate_half`` formulation's four real products and a
+    concatenation: about 8-13x faster on CPU (``scripts/bench.py``), and the same numbers.
+
+    Args:
+        x: ``[..., seq, head_dim]`` real, e.g. ``[b, n_h, s, h_d]`` (a strided view such as a slice of a
+            fused qkv projection is fine).
+        rotation: ``[seq, head_dim // 2]`` complex (see :func:`rope_rotation`); it may also scale pairs.
+
+    Returns:
+        Tensor of ``x``'s shape, dtype and device.
+    """
+    if x.shape[-1] != 2 * rotation.shape[-1]:
+        raise ValueError(f"apply_rotation: head_dim {x.shape[-1]} != 2 * {rotation.shape[-1]} rotation pairs")
+    compute = x if x.dtype in (torch.float32, torch.float64) else x.float()  # no complex bf16 kernels
+    if compute.stride(-1) != 1 or compute.storage_offset() % 2 or any(st % 2 for st in compute.stride()[:-1]):
+        compute = compute.contiguous()  # view_as_complex needs pairs adjacent in memory
+    pairs = torch.view_as_complex(compute.unflatten(-1, (-1, 2)))  # [..., s, h_d/2]
+    rotation = rotation.to(pairs.dtype)
+    return torch.view_as_real(pairs * rotation).flatten(-2).to(x.dtype)
+
+
 def apply_rope(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
     """Rotary position embedding of Su et al. 2021 (RoFormer, eq. 34), RoFormer pair layout.
 
@@ -176,15 +222,11 @@ def apply_rope(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
         raise ValueError(
             f"apply_rope: head_dim {x.shape[-1]} != 2 * len(inv_freq) = {2 * inv_freq.shape[-1]}"
         )
-    angles = rope_angles(positions, inv_freq)  # [s, h_d/2]
-    return _rotate_pairs(x, angles.cos().to(x.dtype), angles.sin().to(x.dtype))
+    return apply_rotation(x, rope_rotation(positions, inv_freq, _complex_dtype(x)))
 
 
-def _rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate pairs ``(x[2j], x[2j+1])`` by angles given as ``cos``/``sin`` of shape ``[s, h_d/2]``."""
-    pairs = x.unflatten(-1, (-1, 2))  # [..., s, h_d/2, 2]
-    x0, x1 = pairs[..., 0], pairs[..., 1]
-    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+def _complex_dtype(x: Tensor) -> torch.dtype:
+    return torch.complex128 if x.dtype == torch.float64 else torch.complex64
 
 
 def xpos_zeta(head_dim: int, gamma: float = 0.4, *, dtype: torch.dtype = torch.float64) -> Tensor:
@@ -224,14 +266,28 @@ def apply_xpos(
     Returns:
         ``(q, k)`` with their input shapes, dtypes and devices.
     """
-    head_dim = q.shape[-1]
+    rq, rk = xpos_rotations(positions, inv_freq, q.shape[-1], gamma, scale_base, _complex_dtype(q))
+    return apply_rotation(q, rq), apply_rotation(k, rk)
+
+
+def xpos_rotations(
+    positions: Tensor,
+    inv_freq: Tensor,
+    head_dim: int,
+    gamma: float = 0.4,
+    scale_base: float = 512.0,
+    dtype: torch.dtype = torch.complex64,
+) -> tuple[Tensor, Tensor]:
+    """xPos's query and key factors for :func:`apply_rotation` (see :func:`apply_xpos` for the formula).
+
+    Returns:
+        ``(rotation * zeta**(m/scale_base), rotation * zeta**(-n/scale_base))``, each ``[seq, head_dim // 2]``
+        complex, with positions centred on the middle of ``positions``.
+    """
     pos = positions.to(torch.float64)
     centre = (pos.max() + pos.min()) / 2 if pos.numel() else pos.sum()
     power = (pos - centre) / scale_base  # [s]
     zeta = xpos_zeta(head_dim, gamma).to(pos.device)  # [h_d/2]
     scale = zeta[None, :] ** power[:, None]  # [s, h_d/2]
-    angles = rope_angles(positions, inv_freq)  # [s, h_d/2]
-    cos, sin = angles.cos(), angles.sin()
-    q_out = _rotate_pairs(q, (cos * scale).to(q.dtype), (sin * scale).to(q.dtype))
-    k_out = _rotate_pairs(k, (cos / scale).to(k.dtype), (sin / scale).to(k.dtype))
-    return q_out, k_out
+    rotation = rope_rotation(positions, inv_freq, torch.complex128)
+    return (rotation * scale).to(dtype), (rotation / scale).to(dtype)

@@ -124,7 +124,7 @@ def test_resume_from_another_run_directory(tmp_path):
 
 def test_divergence_stops_with_a_clear_message_and_keeps_the_last_checkpoint(tmp_path):
     overrides = ["train.lr=1e30", "train.warmup_steps=0", "train.steps=50", "train.checkpoint_every=1"]
-    with pytest.raises(PosencError, match="loss became .* at step"):
+    with pytest.raises(PosencError, match="loss became non-finite by step"):
         train(tiny_config(*overrides), tmp_path, tiny_dict(*overrides))
     state = torch.load(tmp_path / run_io.CHECKPOINT_FILE, weights_only=True)
     assert all(torch.isfinite(t).all() for t in state["model"].values())
