@@ -87,6 +87,8 @@ def causal_attention(
     seq = q.shape[-2]
     wants_flex = kind == "flex" or (kind == "auto" and seq >= FLEX_MIN_LENGTH and dropout_p == 0.0)
     score_mod = encoder.score_mod() if wants_flex else None  # its q_idx/kv_idx are the positions 0..s-1
+    if score_mod is not None and kind == "flex" and "broken" in _flex:
+        raise ConfigError(f"model.attention=flex does not run here: {_flex['broken']}")
     if score_mod is not None and "broken" not in _flex:
         try:
             return flex_causal_attention(q, k, v, score_mod)
@@ -129,22 +131,54 @@ def blocked_causal_attention(
 
 # --- FlexAttention (torch >= 2.5): the bias is applied inside a compiled kernel, block-sparse causal. ---
 FLEX_BLOCK = 128  # FlexAttention's default block size
-_flex: dict[str, object] = {}  # the compiled kernel ("kernel"), and why flex does not run here ("broken")
+_flex: dict[str, object] = {}  # compiled kernels, and why flex does not run here ("broken")
 _causal_masks: dict[tuple[int, str], object] = {}
 
 
 def flex_causal_attention(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable[..., Tensor]) -> Tensor:
     """Causal attention with ``score_mod`` through compiled FlexAttention (Dong et al. 2024).
 
-    Only the blocks on or below the diagonal are computed; no ``[s, s]`` tensor exists. Shapes as in
+    Only the blocks on or below the diagonal are computed; no ``[s, s]`` tensor exists. One sequence per
+    call, so a kernel is specialized to a length only: length-specialized kernels run ~15% faster than a
+    shape-generic one on CPU, and the first ``STATIC_FLEX_KERNELS`` (score_mod, length) pairs get one;
+    later ones share a generic kernel (Dynamo recompiles a function at most 8 times, and past that would
+    fall back to eager FlexAttention, which builds the whole ``[s, s]`` score matrix). Shapes as in
     :func:`causal_attention`.
     """
+    seq = q.shape[-2]
+    key = (score_mod.__code__, seq)
+    static = _flex.setdefault("static_keys", set())
+    assert isinstance(static, set)
+    if key in static or len(static) < STATIC_FLEX_KERNELS:
+        static.add(key)
+        kernel = _compiled("static", _flex_static, dynamic=False)
+    else:
+        kernel = _compiled("dynamic", _flex_dynamic, dynamic=True)
+    mask = causal_block_mask(seq, q.device)
+    outputs = [kernel(q[i : i + 1], k[i : i + 1], v[i : i + 1], score_mod, mask) for i in range(q.shape[0])]
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+
+STATIC_FLEX_KERNELS = 6
+
+
+def _compiled(name: str, fn: Callable[..., Tensor], dynamic: bool) -> Callable[..., Tensor]:
+    if name not in _flex:
+        _flex[name] = torch.compile(fn, dynamic=dynamic)
+    return _flex[name]  # type: ignore[return-value]
+
+
+# Two functions (two code objects), so the static and the generic kernel have separate recompile budgets.
+def _flex_static(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable[..., Tensor], block_mask) -> Tensor:
     from torch.nn.attention.flex_attention import flex_attention
 
-    if "kernel" not in _flex:
-        _flex["kernel"] = torch.compile(flex_attention)
-    kernel = _flex["kernel"]
-    return kernel(q, k, v, score_mod=score_mod, block_mask=causal_block_mask(q.shape[-2], q.device))  # type: ignore[operator]
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)  # type: ignore[return-value]
+
+
+def _flex_dynamic(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable[..., Tensor], block_mask) -> Tensor:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)  # type: ignore[return-value]
 
 
 def causal_block_mask(seq: int, device: torch.device):

@@ -109,6 +109,19 @@ def test_a_run_dir_of_another_config_is_refused_and_left_alone(tmp_path):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == snapshot
 
 
+def test_how_switches_do_not_block_resuming(tmp_path):
+    """train.compile and model.attention choose how, not what, is computed: a run resumes across them."""
+    short = ("train.steps=8", "train.checkpoint_every=4")
+    train(tiny_config(*short), tmp_path, tiny_dict(*short))
+    state = torch.load(tmp_path / run_io.CHECKPOINT_FILE, weights_only=True)
+    state["step"] = 4  # pretend it stopped half way
+    torch.save(state, tmp_path / run_io.CHECKPOINT_FILE)
+    (tmp_path / run_io.METRICS_FILE).unlink()
+    switched = (*short, "train.compile=false", "model.attention=blocked")
+    metrics = train(tiny_config(*switched), tmp_path, tiny_dict(*switched))
+    assert metrics["steps"] == 8
+
+
 def test_resume_from_another_run_directory(tmp_path):
     short = tiny_dict("train.steps=8", "train.checkpoint_every=4")
     train(tiny_config("train.steps=8", "train.checkpoint_every=4"), tmp_path / "a", short)

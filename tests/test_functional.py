@@ -134,6 +134,40 @@ def test_apply_rope_matches_explicit_rotation_matrices():
     torch.testing.assert_close(out, rotation @ x)
 
 
+def _real_pair_rotation(x, positions, inv_freq):
+    """The textbook real form: (x0 cos - x1 sin, x0 sin + x1 cos) per pair, in float64."""
+    angles = torch.outer(positions.double(), inv_freq.double())
+    x0, x1 = x.double()[..., 0::2], x.double()[..., 1::2]
+    out = torch.stack((x0 * angles.cos() - x1 * angles.sin(), x0 * angles.sin() + x1 * angles.cos()), -1)
+    return out.flatten(-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_apply_rotation_on_a_strided_qkv_slice_equals_the_real_formula(dtype):
+    b, s, h, d = 2, 40, 3, 8
+    qkv = torch.randn(b, s, 3 * h * d).to(dtype)
+    for part in range(3):  # q, k, v slices of a fused projection: strided views, offsets 0, h*d, 2*h*d
+        x = qkv[..., part * h * d : (part + 1) * h * d].view(b, s, h, d).transpose(1, 2)
+        inv = F.rope_inv_freq(d, dtype=torch.float64)
+        out = F.apply_rotation(x, F.rope_rotation(torch.arange(s), inv))
+        assert out.dtype == dtype and out.shape == x.shape
+        expected = _real_pair_rotation(x, torch.arange(s), inv).to(dtype)
+        torch.testing.assert_close(out, expected, **({} if dtype != torch.bfloat16 else {"atol": 2e-2, "rtol": 2e-2}))
+    odd = torch.randn(2, 5, 9)[..., 1:]  # odd storage offset: copied before the complex view
+    torch.testing.assert_close(
+        F.apply_rotation(odd, F.rope_rotation(torch.arange(5), F.rope_inv_freq(8))),
+        _real_pair_rotation(odd, torch.arange(5), F.rope_inv_freq(8)).float(),
+    )
+
+
+def test_apply_rotation_gradient_is_the_inverse_rotation():
+    x = torch.randn(3, 10, 8, dtype=torch.float64, requires_grad=True)
+    rotation = F.rope_rotation(torch.arange(10), F.rope_inv_freq(8), torch.complex128)
+    grad = torch.randn(3, 10, 8, dtype=torch.float64)
+    F.apply_rotation(x, rotation).backward(grad)
+    torch.testing.assert_close(x.grad, F.apply_rotation(grad, rotation.conj()))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rope_score_depends_only_on_relative_position(dtype):
     d = 32

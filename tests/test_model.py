@@ -62,7 +62,98 @@ def test_chunked_bias_attention_equals_dense_reference(monkeypatch):
     torch.testing.assert_close(out, scores.softmax(-1) @ v)
 
 
+BIAS_ENCODERS = [n for n, c in ENCODERS.items() if c.has_score_bias]
+
+
+def _dense_reference(q, k, v, encoder):
+    s = q.shape[-2]
+    positions = torch.arange(s)
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + encoder.score_bias(positions, positions).to(q.dtype)
+    scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+@pytest.mark.parametrize("name", BIAS_ENCODERS)
+def test_score_mod_is_the_score_bias(name):
+    encoder = build_encoder(name, AttentionShape(32, 4), 64)
+    score_mod = encoder.score_mod()
+    if score_mod is None:
+        pytest.skip(f"{name} has no FlexAttention form")
+    positions = torch.arange(40)
+    q_idx, kv_idx = positions[:, None].expand(40, 40), positions[None, :].expand(40, 40)
+    for h in range(4):
+        got = score_mod(torch.zeros(40, 40), torch.tensor(0), torch.tensor(h), q_idx, kv_idx)
+        torch.testing.assert_close(got, encoder.score_bias(positions, positions)[h].float())
+
+
+def test_causal_block_mask_equals_flex_attentions_own():
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    for seq in (1, 127, 128, 300, 1000):
+        ours = model_module.causal_block_mask(seq, torch.device("cpu"))
+        theirs = flex.create_block_mask(model_module._causal, None, None, seq, seq, device="cpu")
+        assert ours.to_dense().tolist() == theirs.to_dense().tolist(), seq
+
+
+@pytest.mark.parametrize("name", BIAS_ENCODERS)
+def test_flex_attention_equals_query_blocks_and_the_dense_reference(name):
+    """The fast path (compiled FlexAttention) and the fallback give the same numbers (fp32 tolerance)."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    encoder = build_encoder(name, AttentionShape(128, 4), 64)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 1100, 32) for _ in range(3))  # > FLEX_MIN_LENGTH, not a multiple of 128
+    positions = torch.arange(1100)
+    flex = causal_attention(q, k, v, positions, encoder, kind="flex")
+    blocked = causal_attention(q, k, v, positions, encoder, kind="blocked")
+    auto = causal_attention(q, k, v, positions, encoder, kind="auto")
+    dense = _dense_reference(q.double(), k.double(), v.double(), encoder).float()
+    torch.testing.assert_close(flex, dense, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(blocked, dense, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(auto, flex)
+
+
+def test_auto_attention_falls_back_to_query_blocks_when_flex_cannot_run(monkeypatch, caplog):
+    encoder = build_encoder("alibi", AttentionShape(32, 4), 64)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C compiler here")
+
+    monkeypatch.setattr(model_module, "flex_causal_attention", broken)
+    monkeypatch.setattr(model_module, "_flex", {})
+    q, k, v = (torch.randn(1, 4, 1024, 8, dtype=torch.float64) for _ in range(3))
+    out = causal_attention(q, k, v, torch.arange(1024), encoder, kind="auto")
+    torch.testing.assert_close(out, _dense_reference(q, k, v, encoder))
+    assert "no C compiler here" in caplog.text
+    with pytest.raises(ConfigError, match="model.attention=flex does not run here"):
+        causal_attention(q, k, v, torch.arange(1024), encoder, kind="flex")
+
+
+@pytest.mark.parametrize("name", ENCODERS)
+def test_model_outputs_agree_across_attention_kinds(name):
+    cfg = ModelConfig(vocab_size=18)
+    torch.manual_seed(0)
+    blocked = Transformer(ModelConfig(vocab_size=18, attention="blocked"), build_encoder(name, cfg.shape, 1100))
+    auto = Transformer(cfg, build_encoder(name, cfg.shape, 1100))
+    auto.load_state_dict(blocked.state_dict())
+    tokens = torch.randint(0, 18, (1, 1100))
+    with torch.no_grad():
+        torch.testing.assert_close(auto(tokens), blocked(tokens), atol=1e-4, rtol=1e-4)
+
+
+def test_positions_tensor_is_reused_per_length_so_rotary_tables_are_cached():
+    model = make_model("rope")
+    tokens = torch.randint(0, 18, (2, 30))
+    first = model(tokens)
+    tables = dict(model.encoder._tables)
+    torch.testing.assert_close(model(tokens), first)
+    assert len(tables) == 1 and list(model.encoder._tables) == list(tables)  # no new table for this length
+    assert all(model.encoder._tables[key][1] is tables[key][1] for key in tables)
+    model(torch.randint(0, 18, (2, 31)))
+    assert len(model.encoder._tables) == 2
+
+
 def test_model_config_is_validated():
+    with pytest.raises(ConfigError, match="model.attention"):
+        ModelConfig(attention="fast").validate()
     with pytest.raises(ConfigError, match="divisible"):
         ModelConfig(d_model=30, n_heads=4).validate()
     with pytest.raises(ConfigError, match="n_layers"):

@@ -1,0 +1,338 @@
+"""posenc benchmark: training speed against a Hugging Face Llama of the same shape, model FLOPs utilization,
+long-sequence forward time and memory per encoder, and the rotary kernel against ``rotate_half``.
+
+Everything is measured in this one process, so every ratio compares numbers taken in the same run:
+
+    python scripts/bench.py                      # full run, ~5 minutes on a 2-core CPU
+    python scripts/bench.py --quick              # a smoke run (seconds)
+    python scripts/bench.py --device cuda        # on a GPU: bf16 autocast, CUDA memory statistics
+
+Needs the ``bench`` extra (``pip install -e ".[bench]"``) for the reference model. Writes
+``results/bench/{training,forward,rope}.csv`` and ``results/bench/bench.md``, and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+from rich.table import Table
+
+from posenc import functional as PF
+from posenc.encoders import ENCODERS, build_encoder
+from posenc.io import atomic_write_text
+from posenc.model import ModelConfig, Transformer
+
+console = Console(stderr=True)
+VOCAB = 64  # the issue's reference shape: hidden 128, 2 layers, 4 heads, MLP 512, vocab 64
+
+
+# --- measuring ---------------------------------------------------------------------------------------
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def best_time(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    """Fastest of ``repeats`` timed calls, in seconds (after one untimed warm-up call)."""
+    fn()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def release_freed_memory_promptly() -> None:
+    """Make freed memory leave the resident set at once (glibc), so peaks are measured from a true baseline.
+
+    glibc raises its mmap threshold after large frees and then keeps freed blocks in the heap, which
+    would hide later peaks; a fixed threshold and ``malloc_trim`` undo that. Other C libraries: no-op.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD: large blocks always mmap'd, unmapped on free
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def peak_memory(fn: Callable[[], object], device: torch.device) -> tuple[float, float]:
+    """(peak memory during ``fn``, its rise above the memory held before ``fn``), in MiB.
+
+    CPU: the process's resident set (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``), so it
+    counts every allocation, not only PyTorch's. CUDA: PyTorch's allocator statistics.
+    """
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        fn()
+        sync(device)
+        peak = torch.cuda.max_memory_allocated()
+        return peak / 2**20, (peak - before) / 2**20
+    release_freed_memory_promptly()
+    Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to the current RSS
+    before = _status_kib("VmRSS")
+    fn()
+    peak = _status_kib("VmHWM")
+    return peak / 1024, (peak - before) / 1024
+
+
+def matmul_flops(device: torch.device, dtype: torch.dtype, n: int = 1024, repeats: int = 20) -> float:
+    """Achievable dense matmul FLOP/s here: the denominator of model FLOPs utilization."""
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+
+    def run() -> None:
+        for _ in range(5):
+            a @ b
+
+    return 5 * 2 * n**3 / best_time(run, device, repeats)
+
+
+# --- models ------------------------------------------------------------------------------------------
+def posenc_model(encoder: str, train_length: int, device: torch.device, attention: str = "auto") -> Transformer:
+    cfg = ModelConfig(vocab_size=VOCAB, attention=attention)
+    return Transformer(cfg, build_encoder(encoder, cfg.shape, train_length)).to(device)
+
+
+def llama_reference(device: torch.device, max_length: int) -> torch.nn.Module:
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError:
+        console.print("error: the reference needs transformers: pip install -e '.[bench]' (or --no-reference)")
+        sys.exit(2)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=max_length, tie_word_embeddings=True,
+    )
+    config._attn_implementation = "sdpa"
+    return LlamaForCausalLM(config).to(device)
+
+
+def matmul_parameters(model: torch.nn.Module) -> int:
+    """Parameters that take part in matmuls (all 2-D weights; the tied head counted once, as a matmul)."""
+    seen, total = set(), 0
+    for name, p in model.named_parameters():
+        if p.dim() == 2 and id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    return total
+
+
+def train_flops_per_token(model: torch.nn.Module, n_layers: int, d_model: int, length: int) -> float:
+    """6 N (forward + backward of every matmul weight) + causal attention 6 L T d (Kaplan et al. 2020, PaLM
+    appendix B: 12 L T d, halved for the causal mask)."""
+    return 6 * matmul_parameters(model) + 6 * n_layers * length * d_model
+
+
+def training_tokens_per_s(
+    model: torch.nn.Module, device: torch.device, autocast: torch.dtype | None, batch: int, length: int,
+    steps: int, compiled: bool = False, fused: bool | None = None,
+) -> float:
+    """Tokens/s of full training steps (forward, loss, backward, clipping, AdamW) on random tokens."""
+    torch.manual_seed(0)
+    data = torch.randint(0, VOCAB, (batch, length + 1), device=device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=fused)
+    forward = torch.compile(model) if compiled else model
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+            out = forward(data[:, :-1])
+            logits = out if isinstance(out, torch.Tensor) else out.logits
+            loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), data[:, 1:].reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    def run() -> None:
+        for _ in range(steps):
+            step()
+
+    for _ in range(3):
+        step()  # warm-up (and compilation)
+    return batch * length * steps / best_time(run, device, repeats=3)
+
+
+# --- sections ----------------------------------------------------------------------------------------
+def training_section(args, device, autocast) -> pd.DataFrame:
+    peak = matmul_flops(device, autocast or torch.float32)
+    rows = []
+
+    def add(name: str, model: torch.nn.Module, **kw) -> None:
+        tps = training_tokens_per_s(model, device, autocast, args.batch, args.length, args.steps, **kw)
+        flops = train_flops_per_token(model, 2, 128, args.length)
+        rows.append({"model": name, "tokens_per_s": tps, "mfu": tps * flops / peak,
+                     "params": sum(p.numel() for p in model.parameters())})
+        console.print(f"  training {name}: {tps:,.0f} tokens/s")
+
+    if not args.no_reference:
+        add("llama (HF transformers, sdpa)", llama_reference(device, args.length))
+    for name in ENCODERS:
+        add(f"posenc {name}", posenc_model(name, args.length, device))
+    if not args.quick:
+        add("posenc rope, fused AdamW", posenc_model("rope", args.length, device), fused=True)
+        add("posenc rope, torch.compile", posenc_model("rope", args.length, device), compiled=True)
+    console.print(f"  matmul rate measured: {peak / 1e9:.1f} GFLOP/s")
+    table = pd.DataFrame(rows)
+    table.attrs["matmul_gflops"] = peak / 1e9
+    reference = table["tokens_per_s"].iloc[0] if not args.no_reference else float("nan")
+    rope = table.loc[table["model"] == "posenc rope", "tokens_per_s"].iloc[0]
+    table["vs_llama"] = table["tokens_per_s"] / reference
+    table["vs_rope"] = table["tokens_per_s"] / rope
+    return table
+
+
+def forward_section(args, device, autocast) -> pd.DataFrame:
+    """Forward time (pass 1) and peak memory (pass 2) per encoder and length, batch 1."""
+
+    def forward_fn(name: str, length: int) -> Callable[[], None]:
+        # The learned table gets a row per position benchmarked: this measures cost, not extrapolation.
+        model = posenc_model(name, length if name == "learned" else 128, device).eval()
+        tokens = torch.randint(0, VOCAB, (1, length), device=device)
+
+        @torch.no_grad()
+        def forward() -> None:
+            with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+                model(tokens)
+
+        return forward
+
+    rows = []
+    for length in args.lengths:
+        for name in ENCODERS:
+            seconds = best_time(forward_fn(name, length), device, repeats=1 if length > 8192 else 3)
+            rows.append({"encoder": name, "length": length, "seconds": seconds})
+            console.print(f"  forward {name} @ {length}: {seconds:.3f} s")
+    # Freed memory must leave the resident set for a peak to be seen; that makes allocations slower
+    # (fresh pages every time), so memory is measured in a second pass, after every timing.
+    release_freed_memory_promptly()
+    for row in rows:
+        row["peak_mib"], row["rise_mib"] = peak_memory(forward_fn(row["encoder"], row["length"]), device)
+        console.print(f"  memory {row['encoder']} @ {row['length']}: peak {row['peak_mib']:.0f} MiB "
+                      f"(+{row['rise_mib']:.0f})")
+    table = pd.DataFrame(rows)
+    rope = table[table["encoder"] == "rope"].set_index("length")
+    table["time_vs_rope"] = table["seconds"] / table["length"].map(rope["seconds"])
+    table["peak_vs_rope"] = table["peak_mib"] / table["length"].map(rope["peak_mib"])
+    table["rise_vs_rope"] = table["rise_mib"] / table["length"].map(rope["rise_mib"])
+    return table
+
+
+def rope_section(args, device) -> pd.DataFrame:
+    """posenc's complex-multiply rotary (cached table) against the ``rotate_half`` formulation (GPT-NeoX /
+    Llama; cos/sin cached too) on a strided ``[8, 4, 2048, 32]`` fp32 slice of a fused qkv projection."""
+    b, h, s, d = (2, 4, 256, 32) if args.quick else (8, 4, 2048, 32)
+    qkv = torch.randn(b, s, 3 * h * d, device=device)
+    q = qkv[..., : h * d].view(b, s, h, d).transpose(1, 2)  # [b, h, s, d], as attention sees it
+    inv_freq = PF.rope_inv_freq(d, device=device)
+    rotation = PF.rope_rotation(torch.arange(s, device=device), inv_freq)
+    angles = PF.rope_angles(torch.arange(s, device=device), inv_freq).float()
+    cos, sin = torch.cat((angles.cos(), angles.cos()), -1), torch.cat((angles.sin(), angles.sin()), -1)
+
+    def rotate_half() -> torch.Tensor:
+        x1, x2 = q[..., : d // 2], q[..., d // 2 :]
+        return q * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    rows = []
+    for name, fn in (("posenc apply_rotation (complex, cached)", lambda: PF.apply_rotation(q, rotation)),
+                     ("posenc apply_rope (table computed per call)", lambda: PF.apply_rope(q, torch.arange(s, device=device), inv_freq)),
+                     ("rotate_half (cos/sin cached)", rotate_half)):
+        rows.append({"kernel": name, "shape": f"[{b}, {h}, {s}, {d}]", "ms": 1e3 * best_time(fn, device, 20)})
+    table = pd.DataFrame(rows)
+    table["vs_rotate_half"] = table["ms"] / table["ms"].iloc[-1]
+    return table
+
+
+# --- output ------------------------------------------------------------------------------------------
+def show(title: str, table: pd.DataFrame) -> None:
+    out = Table(title=title)
+    for column in table.columns:
+        out.add_column(str(column), justify="left" if table[column].dtype == object else "right")
+    for row in table.itertuples(index=False):
+        out.add_row(*(f"{v:,.3g}" if isinstance(v, float) else str(v) for v in row))
+    Console(width=140).print(out)
+
+
+def machine(device: torch.device) -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    where = torch.cuda.get_device_name() if device.type == "cuda" else f"{cpu}, {torch.get_num_threads()} threads"
+    return f"{where}; torch {torch.__version__}; python {platform.python_version()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--lengths", default="512,2048,8192,32768", help="forward lengths, batch 1")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--length", type=int, default=128, help="training sequence length")
+    parser.add_argument("--steps", type=int, default=10, help="timed training steps per repeat")
+    parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs")
+    parser.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        console.print("error: --device cuda, but no CUDA device is available")
+        sys.exit(2)
+    try:
+        args.lengths = [int(x) for x in args.lengths.split(",")]
+        assert all(n > 0 for n in args.lengths)
+    except (ValueError, AssertionError):
+        console.print(f"error: --lengths must be positive integers separated by commas, got {args.lengths!r}")
+        sys.exit(2)
+    if args.quick:
+        args.lengths, args.batch, args.length, args.steps = [256, 1024], 4, 32, 2
+    device = torch.device(args.device)
+    autocast = torch.bfloat16 if device.type == "cuda" else None
+    start = time.perf_counter()
+    console.print(f"[bold]posenc benchmark[/] on {machine(device)}")
+    sections = {
+        "training": training_section(args, device, autocast),
+        "rope": rope_section(args, device),
+        "forward": forward_section(args, device, autocast),  # last: it changes how freed memory is returned
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    precision = "bf16 autocast" if autocast else "fp32"
+    lines = [f"# posenc benchmark\n\nMachine: {machine(device)}; {precision}. Command: "
+             f"`python {' '.join(sys.argv)}` ({time.perf_counter() - start:.0f} s).\n"]
+    titles = {
+        "training": f"Training throughput, batch {args.batch} x {args.length} tokens (ratios to the first row "
+                    "and to posenc rope; MFU against the matmul rate measured in this run)",
+        "forward": "Forward pass, batch 1: best time and peak memory (process RSS on CPU), ratios to rope",
+        "rope": "Rotary kernel time",
+    }
+    titles["training"] += f"; matmul {sections['training'].attrs['matmul_gflops']:.1f} GFLOP/s"
+    for key, table in sections.items():
+        show(titles[key], table)
+        atomic_write_text(args.out / f"{key}.csv", table.to_csv(index=False))
+        lines.append(f"## {titles[key]}\n\n{table.to_markdown(index=False, floatfmt='.4g')}\n")
+    atomic_write_text(args.out / "bench.md", "\n".join(lines))
+    console.print(f"wrote {args.out}/bench.md and training/forward/rope.csv")
+
+
+if __name__ == "__main__":
+    main()

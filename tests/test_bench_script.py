@@ -1,0 +1,39 @@
+"""scripts/bench.py runs end to end (tiny sizes) and writes complete tables; the real figures come from a
+full run, never from a timed test."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from posenc.encoders import ENCODERS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_quick_run_writes_every_table(tmp_path):
+    out = tmp_path / "bench"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--no-reference", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    training = pd.read_csv(out / "training.csv")
+    assert list(training["model"]) == [f"posenc {name}" for name in ENCODERS]
+    assert (training["tokens_per_s"] > 0).all() and (training["mfu"] > 0).all()
+    forward = pd.read_csv(out / "forward.csv")
+    assert sorted(set(forward["encoder"])) == sorted(ENCODERS) and set(forward["length"]) == {256, 1024}
+    assert (forward["seconds"] > 0).all() and (forward["peak_mib"] > 0).all()
+    rope = pd.read_csv(out / "rope.csv")
+    assert rope["ms"].gt(0).all() and rope["vs_rotate_half"].iloc[-1] == 1.0
+    assert "Training throughput" in (out / "bench.md").read_text()
+
+
+def test_bench_rejects_bad_lengths_in_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--lengths", "512,-1", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2 and "error: --lengths" in result.stderr
+    assert "Traceback" not in result.stderr
