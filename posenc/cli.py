@@ -1,4 +1,4 @@
-"""The ``posenc`` command line (Typer): train, extrapolate, runs, encoders, tasks."""
+"""The ``posenc`` command line (Typer): train, extrapolate, compare, runs, encoders, tasks."""
 
 from __future__ import annotations
 
@@ -94,6 +94,81 @@ def extrapolate(
     for reason in skipped:
         console.print(f"[yellow]skipped:[/] {reason}", highlight=False, soft_wrap=True)
     console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
+
+
+@app.command()
+def compare(
+    runs: Annotated[
+        Optional[list[Path]],
+        typer.Option("--runs", help="Run directories, or folders holding them (e.g. a sweep). Repeatable."),
+    ] = None,
+    lengths: Annotated[
+        Optional[str],
+        typer.Option(help="Comma-separated evaluation lengths (default: each run's training length doubled "
+                          "up to --up-to)."),
+    ] = None,
+    up_to: Annotated[int, typer.Option(help="Longest default evaluation length.")] = 8192,
+    out: Annotated[Path, typer.Option(help="Folder for the tables, figures and report.md.")] = DEFAULT_RESULTS,
+    sequences: Annotated[
+        Optional[int], typer.Option(help="Sequences per length (default: ~32k tokens, at least 4).")
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
+) -> None:
+    """Aggregate runs across seeds: mean, std and 95% CI per encoder, task and length; tables, plots, report.
+
+    Evaluations already in OUT/extrapolation.parquet are reused; only missing (run, length) pairs are
+    evaluated. Never trains.
+    """
+    from posenc.compare import METRICS, TABLE_STEM, aggregate, pivot
+    from posenc.extrapolate import TABLE_STEM as EVAL_STEM
+    from posenc.extrapolate import extrapolate as run_extrapolation
+    from posenc.extrapolate import merge_into, parse_lengths, summary_markdown
+    from posenc.io import atomic_write_text, find_runs
+    from posenc.plots import plot_all
+    from posenc.report import write_report
+    from posenc.tables import describe_run, read_table, write_tables
+
+    try:
+        wanted = parse_lengths(lengths) if lengths is not None else None
+        if wanted is None:
+            parse_lengths(str(up_to))  # same range check as --lengths
+        if sequences is not None and sequences < 1:
+            raise PosencError(f"--sequences must be >= 1, got {sequences}")
+        if device not in ("auto", "cpu", "cuda"):
+            raise PosencError(f"--device must be auto, cpu or cuda; got {device!r}")
+        found = find_runs(runs or _default_runs())
+        previous = read_table(out, EVAL_STEM)  # read before the long work: a bad --out fails early
+        done = frozenset() if previous is None else frozenset(zip(previous["run"], previous["eval_length"]))
+        new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, up_to=up_to,
+                                         done=done, allow_empty=previous is not None)
+        console.print(f"{len(new)} new evaluations, {len(done)} reused", highlight=False)
+        merged = merge_into(previous, new)
+        names = {describe_run(run) for run in found}
+        mine = merged[merged["run"].isin(names)]
+        if wanted is not None:
+            mine = mine[mine["eval_length"].isin(wanted)]
+        if mine.empty:
+            raise PosencError("no evaluations of these runs to compare")
+        comparison = aggregate(mine)
+        paths = write_tables(merged, out, EVAL_STEM, summary=summary_markdown(merged))
+        paths += write_tables(comparison, out, TABLE_STEM)
+        figures = plot_all(comparison, out, METRICS)
+        command = "posenc compare " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "posenc compare"
+        report = write_report(comparison, figures, out, command, len(found), skipped)
+        atomic_write_text(out / "report.md", report)
+    except PosencError as err:
+        fail(str(err))
+    except OSError as err:
+        fail(f"cannot write to {out}: {err.strerror or err}")
+    except KeyboardInterrupt:  # every file is written atomically at the end: nothing is half-written
+        print_error("interrupted; no table written")
+        raise typer.Exit(130)
+    console.print("[bold]exact match by evaluation length[/] (mean ± 95% CI over seeds)")
+    print_table(pivot(comparison, "exact_match"))
+    for reason in skipped:
+        console.print(f"[yellow]skipped:[/] {reason}", highlight=False, soft_wrap=True)
+    console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
+                  f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
 
 
 @app.command()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+import yaml
 
 from posenc import io as run_io
 from posenc.config import MAX_LENGTH
@@ -37,24 +38,45 @@ def parse_lengths(text: str) -> list[int]:
     return sorted(set(lengths))
 
 
+def doubling_lengths(train_length: int, up_to: int) -> list[int]:
+    """``train_length * 2**k`` for k = 0, 1, ... while <= ``up_to`` (at least the training length)."""
+    lengths = [train_length]
+    while lengths[-1] * 2 <= up_to:
+        lengths.append(lengths[-1] * 2)
+    return lengths
+
+
+def _train_length(run: Path) -> int:
+    """The run's training length from its ``config.yaml`` (cheap: no checkpoint is read); 64 if unreadable."""
+    try:
+        return int(yaml.safe_load((run / run_io.CONFIG_FILE).read_text())["task"]["length"])
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        return 64
+
+
 def extrapolate(
     runs: list[Path],
-    lengths: list[int],
+    lengths: list[int] | None,
     *,
     sequences: int | None = None,
     device: str = "auto",
     progress: bool = True,
+    up_to: int = 8192,
+    done: frozenset[tuple[str, int]] = frozenset(),
+    allow_empty: bool = False,
 ) -> tuple[pd.DataFrame, list[str]]:
     """Evaluate every run at every length; one row per (run, length), columns :data:`COLUMNS`.
 
     Args:
         runs: run directories (see :func:`posenc.io.find_runs`).
-        lengths: evaluation lengths.
+        lengths: evaluation lengths; None: each run's training length doubled up to ``up_to``.
         sequences: sequences per length; default :func:`posenc.evaluate.default_sequences`.
         device: ``auto``, ``cpu`` or ``cuda``.
+        done: (run, length) pairs already evaluated, skipped here (``run`` as in the table's column).
+        allow_empty: return an empty table, not an error, when every run was skipped.
 
     Returns:
-        The table, and one line for each run that was skipped (unfinished, unreadable, inconsistent).
+        The table of new rows, and one line for each run that was skipped (unfinished, unreadable, ...).
 
     A length the encoder cannot represent (a learned table too short) gives NaN metrics and a note.
     Raises :class:`PosencError` if no run at all could be evaluated.
@@ -62,19 +84,23 @@ def extrapolate(
     from posenc.train import resolve_device
 
     dev = resolve_device(device)
+    wanted = {run: [n for n in (lengths or doubling_lengths(_train_length(run), up_to))
+                    if (describe_run(run), n) not in done] for run in runs}
     rows, skipped = [], []
     with make_progress(progress, fields="{task.fields[current]}") as bar:
-        job = bar.add_task("extrapolate", total=len(runs) * len(lengths), current="")
+        job = bar.add_task("evaluate", total=sum(map(len, wanted.values())), current="")
         for run in runs:
+            if not wanted[run]:
+                continue  # everything already evaluated
             try:
                 if not (run / run_io.METRICS_FILE).is_file():
                     raise PosencError(f"{run} is unfinished (no {run_io.METRICS_FILE}); finish training first")
                 cfg, task, model = run_io.load_run(run, dev)
             except PosencError as err:
                 skipped.append(str(err))
-                bar.advance(job, len(lengths))
+                bar.advance(job, len(wanted[run]))
                 continue
-            for length in lengths:
+            for length in wanted[run]:
                 bar.update(job, current=f"{cfg.encoder.name}/{cfg.task.name} @ {length}")
                 n = sequences or default_sequences(length)
                 row = {
@@ -96,6 +122,8 @@ def extrapolate(
                 row["seconds"] = round(time.perf_counter() - start, 3)
                 rows.append(row)
                 bar.advance(job)
+    if not rows and (allow_empty or not skipped):
+        return pd.DataFrame([], columns=COLUMNS), skipped
     if not rows:
         first = skipped[0]
         raise PosencError(first if len(skipped) == 1 else f"none of {len(runs)} runs could be evaluated; {first}")

@@ -1,0 +1,88 @@
+"""Aggregating evaluations across seeds: mean, standard deviation and a 95% confidence interval.
+
+One row per (task, encoder, train_length, eval_length). The interval is Student's t interval of the mean
+over seeds, ``mean ± t_{0.975, n-1} · std / sqrt(n)`` with the sample standard deviation (``ddof=1``);
+it is undefined (NaN) for a single seed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+GROUP = ["task", "encoder", "train_length", "eval_length"]
+METRICS = ("exact_match", "token_accuracy", "loss")
+TABLE_STEM = "comparison"
+
+# Two-sided 95% quantiles of Student's t, t_{0.975, df} for df = 1..30 (standard tables; checked against
+# scipy.stats.t.ppf(0.975, df) to 4 decimals).
+_T975 = [
+    12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
+    2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
+    2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423,
+]  # fmt: skip
+
+
+def t_quantile_975(df: int) -> float:
+    """``t_{0.975, df}``: the table for df <= 30, beyond it the Cornish-Fisher expansion around the normal
+    quantile (Abramowitz & Stegun 26.7.5; error < 1e-4 for df > 30). NaN for df < 1."""
+    if df < 1:
+        return math.nan
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
+
+
+def mean_std_ci(values: pd.Series) -> tuple[int, float, float, float]:
+    """``(n, mean, std, ci95 half-width)`` of the non-NaN values; NaN where undefined."""
+    v = values.dropna().astype(float)
+    n = len(v)
+    if n == 0:
+        return 0, math.nan, math.nan, math.nan
+    mean = float(v.mean())
+    if n == 1:
+        return 1, mean, math.nan, math.nan
+    std = float(v.std(ddof=1))
+    return n, mean, std, t_quantile_975(n - 1) * std / math.sqrt(n)
+
+
+def aggregate(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, encoder, train_length, eval_length): ``n_seeds`` (seeds with a value), and for each metric
+    ``<metric>_mean``, ``_std``, ``_ci95`` (half-width), ``_ci95_low``, ``_ci95_high``; plus ``note``
+    (the first note of the group's rows, e.g. why a learned table has no value).
+
+    Args:
+        table: the tidy evaluation table (see :data:`posenc.extrapolate.COLUMNS`), one row per run and length.
+    """
+    rows = []
+    for key, group in table.groupby(GROUP, sort=True, dropna=False):
+        row = dict(zip(GROUP, key))
+        row["n_seeds"] = int(group["exact_match"].notna().sum())
+        row["seeds"] = ",".join(str(s) for s in sorted(group["seed"].unique()))
+        for metric in METRICS:
+            _, mean, std, half = mean_std_ci(group[metric])
+            row.update({f"{metric}_mean": mean, f"{metric}_std": std, f"{metric}_ci95": half,
+                        f"{metric}_ci95_low": mean - half, f"{metric}_ci95_high": mean + half})
+        notes = [n for n in group["note"].fillna("") if n]
+        row["note"] = notes[0] if notes else ""
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def pivot(comparison: pd.DataFrame, metric: str = "exact_match", task: str | None = None) -> pd.DataFrame:
+    """``mean ± ci95`` strings, (task, encoder) x eval length: the table a paper shows."""
+    view = comparison if task is None else comparison[comparison["task"] == task]
+
+    def cell(row: pd.Series) -> str:
+        mean, half = row[f"{metric}_mean"], row[f"{metric}_ci95"]
+        if math.isnan(mean):
+            return "—"
+        return f"{mean:.3f}" if math.isnan(half) else f"{mean:.3f} ± {half:.3f}"
+
+    cells = view.assign(cell=view.apply(cell, axis=1))
+    out = cells.pivot_table(index=["task", "encoder"], columns="eval_length", values="cell", aggfunc="first")
+    out.columns = [str(c) for c in out.columns]
+    return out.reset_index().fillna("—")

@@ -1,0 +1,115 @@
+"""Aggregation across seeds (numbers computed by hand), the literature checks, and `posenc compare` end to end."""
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import posenc_cli
+
+from posenc.compare import aggregate, mean_std_ci, pivot, t_quantile_975
+from posenc.extrapolate import COLUMNS, doubling_lengths
+from posenc.report import literature_checks
+
+
+@pytest.mark.parametrize(
+    "df, expected",  # scipy.stats.t.ppf(0.975, df)
+    [(1, 12.7062), (2, 4.3027), (4, 2.7764), (10, 2.2281), (30, 2.0423), (40, 2.0211), (60, 2.0003),
+     (120, 1.9799), (10**6, 1.9600)],
+)
+def test_t_quantile(df, expected):
+    assert t_quantile_975(df) == pytest.approx(expected, abs=2e-4)
+
+
+def test_mean_std_ci_by_hand():
+    # mean 0.5; deviations -0.3, -0.1, 0.4 -> variance 0.26 / 2 = 0.13; half-width t_{0.975,2} sqrt(0.13/3)
+    n, mean, std, half = mean_std_ci(pd.Series([0.2, 0.4, 0.9]))
+    assert (n, mean) == (3, pytest.approx(0.5))
+    assert std == pytest.approx(math.sqrt(0.13))
+    assert half == pytest.approx(4.302653 * math.sqrt(0.13) / math.sqrt(3), rel=1e-4)
+    assert half == pytest.approx(0.8957, abs=1e-4)
+    n, mean, std, half = mean_std_ci(pd.Series([0.7, math.nan]))  # NaN (no value) is not a seed
+    assert (n, mean) == (1, 0.7) and math.isnan(std) and math.isnan(half)
+    assert mean_std_ci(pd.Series([math.nan]))[0] == 0
+
+
+def _rows(encoder, task, length, values, note=""):
+    return [dict(zip(COLUMNS, [f"r/{encoder}/{seed}", encoder, task, 64, length, seed, 1.0 - v, v, v, 4, 0.1,
+                               note])) for seed, v in enumerate(values)]
+
+
+def test_aggregate_groups_by_encoder_task_and_lengths():
+    table = pd.DataFrame(
+        _rows("rope", "copy", 64, [1.0, 0.8, 0.9]) + _rows("rope", "copy", 128, [0.0, 0.1, 0.2])
+        + _rows("learned", "copy", 128, [math.nan] * 3, note="learned position table has 64 positions")
+    )
+    out = aggregate(table).set_index(["encoder", "eval_length"])
+    rope = out.loc[("rope", 64)]
+    assert rope["n_seeds"] == 3 and rope["seeds"] == "0,1,2"
+    assert rope["exact_match_mean"] == pytest.approx(0.9)
+    assert rope["exact_match_std"] == pytest.approx(0.1)
+    assert rope["exact_match_ci95"] == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-4)
+    assert rope["exact_match_ci95_low"] == pytest.approx(0.9 - rope["exact_match_ci95"])
+    assert rope["loss_mean"] == pytest.approx(0.1)
+    learned = out.loc[("learned", 128)]
+    assert learned["n_seeds"] == 0 and math.isnan(learned["exact_match_mean"])
+    assert "64 positions" in learned["note"]
+    cells = pivot(aggregate(table), "exact_match").set_index("encoder")
+    assert cells.loc["rope", "64"] == f"0.900 ± {rope['exact_match_ci95']:.3f}"
+    assert cells.loc["learned", "128"] == "—"
+
+
+def _comparison(values: dict[tuple[str, int], float]) -> pd.DataFrame:
+    rows = []
+    for (encoder, factor), v in values.items():
+        rows += _rows(encoder, "copy", 64 * factor, [v])
+    return aggregate(pd.DataFrame(rows))
+
+
+def test_literature_checks_say_whether_we_agree():
+    agree = _comparison({("sinusoidal", 1): 0.9, ("sinusoidal", 2): 0.0, ("alibi", 1): 1.0, ("alibi", 2): 0.9,
+                         ("alibi", 4): 0.8, ("rope", 1): 1.0, ("rope", 2): 0.0, ("rope", 4): 0.1})
+    lines = literature_checks(agree)
+    assert len(lines) == 3 and all("**agrees**" in line for line in lines)
+    assert "sinusoidal 0.90 at 1× → 0.00 at 2×" in lines[0]
+    differ = _comparison({("rope", 1): 1.0, ("rope", 2): 0.9, ("alibi", 1): 1.0, ("alibi", 2): 0.1,
+                          ("alibi", 4): 0.0, ("rope", 4): 0.5})
+    assert all("**differs**" in line for line in literature_checks(differ))
+
+
+def test_doubling_lengths():
+    assert doubling_lengths(64, 8192) == [64, 128, 256, 512, 1024, 2048, 4096, 8192]
+    assert doubling_lengths(100, 50) == [100]
+
+
+def test_compare_evaluates_once_then_reuses(trained_runs: Path, tmp_path):
+    out = tmp_path / "cmp"
+    first = posenc_cli("compare", "--runs", str(trained_runs), "--up-to", "64", "--out", str(out), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "6 new evaluations, 0 reused" in first.stderr  # 2 runs x lengths 16, 32, 64
+    for name in ["comparison.csv", "comparison.parquet", "comparison.md", "extrapolation.parquet", "report.md",
+                 "copy_exact_match.png", "copy_exact_match.svg", "copy_token_accuracy.png", "copy_loss.svg"]:
+        assert (out / name).stat().st_size > 0, name
+    comparison = pd.read_parquet(out / "comparison.parquet")
+    assert sorted(set(comparison["encoder"])) == ["learned", "rope"]
+    assert sorted(set(comparison["eval_length"])) == [16, 32, 64]
+    assert (comparison["n_seeds"] <= 1).all()
+    report = (out / "report.md").read_text()
+    assert "![copy: exact match](copy_exact_match.png)" in report and "| encoder" in report
+    before = (out / "extrapolation.parquet").read_bytes()
+    again = posenc_cli("compare", "--runs", str(trained_runs), "--up-to", "64", "--out", str(out), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "0 new evaluations, 6 reused" in again.stderr
+    assert pd.read_parquet(out / "extrapolation.parquet").equals(pd.read_parquet(pd.io.common.BytesIO(before)))
+    more = posenc_cli("compare", "--runs", str(trained_runs), "--lengths", "16,128", "--out", str(out), cwd=tmp_path)
+    assert more.returncode == 0, more.stderr
+    assert "2 new evaluations, 6 reused" in more.stderr  # only 128 is new
+    assert sorted(set(pd.read_parquet(out / "comparison.parquet")["eval_length"])) == [16, 128]
+
+
+def test_compare_refuses_bad_input_in_one_line(tmp_path):
+    for args, needle in [(["--runs", str(tmp_path / "missing")], "missing"),
+                         (["--lengths", "0,64"], "--lengths"), (["--up-to", "-5"], "--lengths")]:
+        result = posenc_cli("compare", *args, "--out", str(tmp_path / "o"), cwd=tmp_path)
+        assert result.returncode == 2 and needle in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
