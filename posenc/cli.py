@@ -69,7 +69,7 @@ def extrapolate(
     from posenc.extrapolate import TABLE_STEM, merge_into, parse_lengths, summary, summary_markdown
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.io import find_runs
-    from posenc.tables import read_table, write_tables
+    from posenc.tables import read_table, table_lock, write_tables
 
     try:
         wanted = parse_lengths(lengths)
@@ -80,8 +80,9 @@ def extrapolate(
         found = find_runs(runs or _default_runs())
         previous = read_table(out, TABLE_STEM)  # read before the long work: a bad --out fails early
         table, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device)
-        merged = merge_into(previous, table)
-        paths = write_tables(merged, out, TABLE_STEM, summary=summary_markdown(merged))
+        with table_lock(out):  # merge into the table as it is now: another command may have written it
+            merged = merge_into(read_table(out, TABLE_STEM), table)
+            paths = write_tables(merged, out, TABLE_STEM, summary=summary_markdown(merged))
     except PosencError as err:
         fail(str(err))
     except KeyboardInterrupt:  # tables are written only at the end, atomically: nothing is half-written
@@ -119,14 +120,12 @@ def compare(
     Evaluations already in OUT/extrapolation.parquet are reused; only missing (run, length) pairs are
     evaluated. Never trains.
     """
-    from posenc.compare import METRICS, TABLE_STEM, aggregate, pivot
+    from posenc.compare import pivot, write_comparison
     from posenc.extrapolate import TABLE_STEM as EVAL_STEM
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.extrapolate import merge_into, parse_lengths, summary_markdown
-    from posenc.io import atomic_write_text, find_runs
-    from posenc.plots import plot_all
-    from posenc.report import write_report
-    from posenc.tables import describe_run, read_table, write_tables
+    from posenc.extrapolate import parse_lengths
+    from posenc.io import find_runs
+    from posenc.tables import describe_run, read_table, table_lock
 
     try:
         wanted = parse_lengths(lengths) if lengths is not None else None
@@ -141,21 +140,14 @@ def compare(
         done = frozenset() if previous is None else frozenset(zip(previous["run"], previous["eval_length"]))
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, up_to=up_to,
                                          done=done, allow_empty=previous is not None)
-        console.print(f"{len(new)} new evaluations, {len(done)} reused", highlight=False)
-        merged = merge_into(previous, new)
-        names = {describe_run(run) for run in found}
-        mine = merged[merged["run"].isin(names)]
-        if wanted is not None:
-            mine = mine[mine["eval_length"].isin(wanted)]
-        if mine.empty:
-            raise PosencError("no evaluations of these runs to compare")
-        comparison = aggregate(mine)
-        paths = write_tables(merged, out, EVAL_STEM, summary=summary_markdown(merged))
-        paths += write_tables(comparison, out, TABLE_STEM)
-        figures = plot_all(comparison, out, METRICS)
+        reused = 0
+        if previous is not None:
+            mine = previous[previous["run"].isin({describe_run(run) for run in found})]
+            reused = len(mine if wanted is None else mine[mine["eval_length"].isin(wanted)])
+        console.print(f"{len(new)} new evaluations, {reused} reused", highlight=False)
         command = "posenc compare " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "posenc compare"
-        report = write_report(comparison, figures, out, command, len(found), skipped)
-        atomic_write_text(out / "report.md", report)
+        with table_lock(out):  # a parallel compare into the same folder merges, never overwrites
+            comparison, paths, figures = write_comparison(out, new, found, wanted, skipped, command)
     except PosencError as err:
         fail(str(err))
     except OSError as err:

@@ -8,8 +8,11 @@ it is undefined (NaN) for a single seed.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
+
+from posenc.errors import PosencError
 
 GROUP = ["task", "encoder", "train_length", "eval_length"]
 METRICS = ("exact_match", "token_accuracy", "loss")
@@ -86,3 +89,33 @@ def pivot(comparison: pd.DataFrame, metric: str = "exact_match", task: str | Non
     out = cells.pivot_table(index=["task", "encoder"], columns="eval_length", values="cell", aggfunc="first")
     out.columns = [str(c) for c in out.columns]
     return out.reset_index().fillna("—")
+
+
+def write_comparison(
+    out: Path, new: pd.DataFrame, runs: list[Path], lengths: list[int] | None, skipped: list[str], command: str
+) -> tuple[pd.DataFrame, list[Path], dict[tuple[str, str], Path]]:
+    """Merge ``new`` evaluations into ``out``'s evaluation table, aggregate ``runs`` (at ``lengths``, or all
+    evaluated lengths) and write the tables, figures and ``report.md``. Call it holding ``table_lock(out)``.
+
+    Returns:
+        The comparison table, the table files written and the figures (PNG path per (task, metric)).
+    """
+    from posenc.extrapolate import TABLE_STEM as EVAL_STEM
+    from posenc.extrapolate import merge_into, summary_markdown
+    from posenc.io import atomic_write_text
+    from posenc.plots import plot_all
+    from posenc.report import write_report
+    from posenc.tables import describe_run, read_table, write_tables
+
+    merged = merge_into(read_table(out, EVAL_STEM), new)
+    mine = merged[merged["run"].isin({describe_run(run) for run in runs})]
+    if lengths is not None:
+        mine = mine[mine["eval_length"].isin(lengths)]
+    if mine.empty:
+        raise PosencError("no evaluations of these runs to compare")
+    comparison = aggregate(mine)
+    paths = write_tables(merged, out, EVAL_STEM, summary=summary_markdown(merged))
+    paths += write_tables(comparison, out, TABLE_STEM)
+    figures = plot_all(comparison, out, METRICS)
+    atomic_write_text(out / "report.md", write_report(comparison, figures, out, command, len(runs), skipped))
+    return comparison, paths, figures

@@ -1,6 +1,8 @@
 """Aggregation across seeds (numbers computed by hand), the literature checks, and `posenc compare` end to end."""
 
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -103,7 +105,7 @@ def test_compare_evaluates_once_then_reuses(trained_runs: Path, tmp_path):
     assert pd.read_parquet(out / "extrapolation.parquet").equals(pd.read_parquet(pd.io.common.BytesIO(before)))
     more = posenc_cli("compare", "--runs", str(trained_runs), "--lengths", "16,128", "--out", str(out), cwd=tmp_path)
     assert more.returncode == 0, more.stderr
-    assert "2 new evaluations, 6 reused" in more.stderr  # only 128 is new
+    assert "2 new evaluations, 2 reused" in more.stderr  # only 128 is new
     assert sorted(set(pd.read_parquet(out / "comparison.parquet")["eval_length"])) == [16, 128]
 
 
@@ -113,3 +115,16 @@ def test_compare_refuses_bad_input_in_one_line(tmp_path):
         result = posenc_cli("compare", *args, "--out", str(tmp_path / "o"), cwd=tmp_path)
         assert result.returncode == 2 and needle in result.stderr, result.stderr
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_two_compares_writing_at_once_lose_nothing(trained_runs: Path, tmp_path):
+    out = tmp_path / "shared"
+    env_args = [("--lengths", "16,32"), ("--lengths", "64,128")]
+    procs = [subprocess.Popen([sys.executable, "-m", "posenc", "compare", "--runs", str(trained_runs), *args,
+                               "--out", str(out)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for args in env_args]
+    for proc in procs:
+        assert proc.wait(timeout=300) == 0, proc.stderr.read().decode()
+    table = pd.read_parquet(out / "extrapolation.parquet")
+    assert sorted(set(table["eval_length"])) == [16, 32, 64, 128]  # both commands' rows are there
+    assert len(table) == 8 and not table.duplicated(["run", "eval_length"]).any()

@@ -1,0 +1,77 @@
+"""Sweeps through Hydra's launcher plugins (joblib, submitit) and the experiment configs."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import TINY, compose_dict, posenc_cli
+
+from posenc.io import METRICS_FILE
+
+pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+
+
+def _finished(sweep: Path) -> dict[str, dict]:
+    return {str(p.parent.relative_to(sweep)): json.loads(p.read_text()) for p in sweep.rglob(METRICS_FILE)}
+
+
+def test_headline_experiment_composes_the_published_sweep():
+    cfg = compose_dict(["experiment=headline"])
+    assert cfg["train"]["steps"] == 800 and cfg["encoder"]["name"] == "rope"
+    result = posenc_cli("train", "experiment=headline", "--cfg", "hydra", cwd=Path.cwd())
+    assert result.returncode == 0, result.stderr
+    hydra = yaml.safe_load(result.stdout)["hydra"]
+    params = hydra["sweeper"]["params"]
+    assert params["encoder"].split(",") == ["nope", "sinusoidal", "learned", "alibi", "rope", "rope_ntk", "xpos"]
+    assert params["task"] == "copy,retrieval" and params["seed"] == "0,1,2"
+    assert hydra["sweep"]["dir"].endswith("multirun/headline")
+
+
+def test_slurm_preset_selects_the_submitit_slurm_launcher(tmp_path):
+    result = posenc_cli("train", "hydra/launcher=slurm", "hydra.launcher.partition=gpu", "--cfg", "hydra",
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    launcher = yaml.safe_load(result.stdout)["hydra"]["launcher"]
+    assert launcher["_target_"].endswith("SlurmLauncher")
+    assert launcher["partition"] == "gpu" and launcher["timeout_min"] == 120
+
+
+def test_joblib_runs_jobs_in_parallel_without_bars_and_keeps_every_result(tmp_path):
+    """Two jobs train at once, each into its own run directory; a diverging third job fails alone."""
+    sweep = tmp_path / "sweep"
+    result = posenc_cli(
+        "train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "encoder=rope,alibi", *TINY,
+        f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    done = _finished(sweep)
+    assert sorted(done) == ["copy/alibi/seed0", "copy/rope/seed0"]
+    for run in done:
+        assert yaml.safe_load((sweep / run / "config.yaml").read_text())["progress"] is False
+    failing = posenc_cli(
+        "train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "encoder=xpos", *TINY,
+        "train.lr=1e30,0.003", "train.warmup_steps=0", f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=600,
+    )
+    assert failing.returncode != 0  # the sweep reports its failure ...
+    assert "loss became non-finite" in failing.stderr + failing.stdout
+    finished = sorted(_finished(sweep))  # ... the other job of the batch finished, and nothing was lost
+    assert finished[:2] == ["copy/alibi/seed0", "copy/rope/seed0"] and len(finished) == 3
+    assert finished[2].startswith("copy/xpos/seed0/") and "lr=0.003" in finished[2]
+    out = tmp_path / "cmp"
+    compared = posenc_cli("compare", "--runs", str(sweep), "--lengths", "16", "--out", str(out), cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    assert sorted(pd.read_parquet(out / "comparison.parquet")["encoder"]) == ["alibi", "rope", "xpos"]
+
+
+def test_submitit_local_runs_real_submitit_jobs(tmp_path):
+    sweep = tmp_path / "sweep"
+    result = posenc_cli(
+        "train", "-m", "hydra/launcher=submitit_local", "encoder=nope,learned", *TINY, f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(_finished(sweep)) == ["copy/learned/seed0", "copy/nope/seed0"]
+    assert list(sweep.rglob("*_submitted.pkl")), "no submitit job files: not run through submitit"
