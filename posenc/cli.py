@@ -25,6 +25,21 @@ app = typer.Typer(
 )
 
 DEFAULT_RESULTS = Path("results")
+RunsOption = Annotated[
+    Optional[list[Path]],
+    typer.Option("--runs", help="Run directories, or folders holding them (e.g. a sweep). Repeatable."),
+]
+SequencesOption = Annotated[
+    Optional[int], typer.Option(help="Sequences per length (default: ~32k tokens, at least 4).")
+]
+DeviceOption = Annotated[str, typer.Option(help="auto | cpu | cuda")]
+
+
+def _check_eval_options(sequences: int | None, device: str) -> None:
+    if sequences is not None and sequences < 1:
+        raise PosencError(f"--sequences must be >= 1, got {sequences}")
+    if device not in ("auto", "cpu", "cuda"):
+        raise PosencError(f"--device must be auto, cpu or cuda; got {device!r}")
 
 
 def fail(message: str) -> None:
@@ -55,15 +70,10 @@ def train(ctx: typer.Context) -> None:
 @app.command()
 def extrapolate(
     lengths: Annotated[str, typer.Option(help="Comma-separated evaluation lengths.")] = "512,2048,8192",
-    runs: Annotated[
-        Optional[list[Path]],
-        typer.Option("--runs", help="Run directories, or folders holding them (e.g. a sweep). Repeatable."),
-    ] = None,
+    runs: RunsOption = None,
     out: Annotated[Path, typer.Option(help="Folder for extrapolation.{csv,parquet,md}.")] = DEFAULT_RESULTS,
-    sequences: Annotated[
-        Optional[int], typer.Option(help="Sequences per length (default: ~32k tokens, at least 4).")
-    ] = None,
-    device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
+    sequences: SequencesOption = None,
+    device: DeviceOption = "auto",
 ) -> None:
     """Evaluate trained runs at each length and write one tidy table (CSV, Parquet, Markdown)."""
     from posenc.extrapolate import TABLE_STEM, merge_into, parse_lengths, summary, summary_markdown
@@ -73,10 +83,7 @@ def extrapolate(
 
     try:
         wanted = parse_lengths(lengths)
-        if sequences is not None and sequences < 1:
-            raise PosencError(f"--sequences must be >= 1, got {sequences}")
-        if device not in ("auto", "cpu", "cuda"):
-            raise PosencError(f"--device must be auto, cpu or cuda; got {device!r}")
+        _check_eval_options(sequences, device)
         found = find_runs(runs or _default_runs())
         previous = read_table(out, TABLE_STEM)  # read before the long work: a bad --out fails early
         table, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device)
@@ -99,10 +106,7 @@ def extrapolate(
 
 @app.command()
 def compare(
-    runs: Annotated[
-        Optional[list[Path]],
-        typer.Option("--runs", help="Run directories, or folders holding them (e.g. a sweep). Repeatable."),
-    ] = None,
+    runs: RunsOption = None,
     lengths: Annotated[
         Optional[str],
         typer.Option(help="Comma-separated evaluation lengths (default: each run's training length doubled "
@@ -110,15 +114,12 @@ def compare(
     ] = None,
     up_to: Annotated[int, typer.Option(help="Longest default evaluation length.")] = 8192,
     out: Annotated[Path, typer.Option(help="Folder for the tables, figures and report.md.")] = DEFAULT_RESULTS,
-    sequences: Annotated[
-        Optional[int], typer.Option(help="Sequences per length (default: ~32k tokens, at least 4).")
-    ] = None,
-    device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
+    sequences: SequencesOption = None,
+    device: DeviceOption = "auto",
 ) -> None:
     """Aggregate runs across seeds: mean, std and 95% CI per encoder, task and length; tables, plots, report.
 
-    Evaluations already in OUT/extrapolation.parquet are reused; only missing (run, length) pairs are
-    evaluated. Never trains.
+    Reuses evaluations in OUT/extrapolation.parquet, evaluates only missing (run, length) pairs, never trains.
     """
     from posenc.compare import pivot, write_comparison
     from posenc.extrapolate import TABLE_STEM as EVAL_STEM
@@ -131,10 +132,7 @@ def compare(
         wanted = parse_lengths(lengths) if lengths is not None else None
         if wanted is None:
             parse_lengths(str(up_to))  # same range check as --lengths
-        if sequences is not None and sequences < 1:
-            raise PosencError(f"--sequences must be >= 1, got {sequences}")
-        if device not in ("auto", "cpu", "cuda"):
-            raise PosencError(f"--device must be auto, cpu or cuda; got {device!r}")
+        _check_eval_options(sequences, device)
         found = find_runs(runs or _default_runs())
         previous = read_table(out, EVAL_STEM)  # read before the long work: a bad --out fails early
         done = frozenset() if previous is None else frozenset(zip(previous["run"], previous["eval_length"]))
@@ -165,10 +163,7 @@ def compare(
 
 @app.command()
 def runs(
-    runs: Annotated[
-        Optional[list[Path]],
-        typer.Option("--runs", help="Run directories, or folders holding them (e.g. a sweep). Repeatable."),
-    ] = None,
+    runs: RunsOption = None,
     out: Annotated[
         Optional[Path], typer.Option(help="Also write training.{csv,parquet,md} into this folder.")
     ] = None,
