@@ -57,6 +57,10 @@ def check_known_choices(overrides: list[str]) -> None:
 
 def precheck(args: list[str]) -> None:
     """Raise a one-line :class:`PosencError` if ``posenc train ARGS`` would fail on its config."""
+    modes = [a for a in args if a in ("-m", "--multirun", "-c", "--cfg", "-i", "--info", "-sc")]
+    if len({m.lstrip("-")[0] for m in modes}) > 1:  # Hydra itself would answer with a traceback
+        raise ConfigError(f"{' and '.join(modes)} cannot be combined; e.g. print a sweep's config "
+                          "without -m: posenc train OVERRIDES --cfg job")
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
         return  # --cfg, --help, --info, -c ...: Hydra's own modes
     overrides = [a for a in args if not a.startswith("-") and not a.startswith(("hydra.", "hydra/", "+hydra"))]

@@ -39,6 +39,7 @@ CASES = [
     ("negative seed", ["train", "seed=-1"]),
     ("unknown device", ["train", "device=tpu"]),
     ("unknown attention kind", ["train", "model.attention=fast"]),
+    ("multirun and --cfg together", ["train", "-m", "encoder=rope,alibi", "--cfg", "job"]),
     ("bad compile switch", ["train", "train.compile=sometimes"]),
     ("compile switch given as a number", ["train", "train.compile=1"]),
     ("unknown precision", ["train", "train.precision=fp8"]),
