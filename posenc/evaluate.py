@@ -16,8 +16,13 @@ BATCH_TOKENS = 16384  # tokens per forward pass in evaluation: bounds activation
 
 
 def answer_loss(logits: Tensor, batch: Batch) -> Tensor:
-    """Mean cross-entropy over answer tokens. logits ``[b, s, vocab]``."""
-    return F.cross_entropy(logits[batch.mask], batch.targets[batch.mask])
+    """Mean cross-entropy over answer tokens. logits ``[b, s, vocab]``.
+
+    Masked by multiplication, not boolean indexing, so that no host-device sync happens on CUDA.
+    """
+    per_token = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), reduction="none")  # [b*s]
+    mask = batch.mask.flatten()
+    return torch.where(mask, per_token, 0.0).sum() / mask.sum().clamp(min=1)
 
 
 @dataclass
