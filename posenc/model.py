@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -87,16 +87,16 @@ def causal_attention(
     seq = q.shape[-2]
     wants_flex = kind == "flex" or (kind == "auto" and seq >= FLEX_MIN_LENGTH and dropout_p == 0.0)
     score_mod = encoder.score_mod() if wants_flex else None  # its q_idx/kv_idx are the positions 0..s-1
-    if score_mod is not None and kind == "flex" and "broken" in _flex:
-        raise ConfigError(f"model.attention=flex does not run here: {_flex['broken']}")
-    if score_mod is not None and "broken" not in _flex:
+    if score_mod is not None and kind == "flex" and _flex.broken:
+        raise ConfigError(f"model.attention=flex does not run here: {_flex.broken}")
+    if score_mod is not None and not _flex.broken:
         try:
             return flex_causal_attention(q, k, v, score_mod)
         except Exception as err:  # no C compiler, unsupported device or torch: query blocks work everywhere
             if kind == "flex":
                 raise ConfigError(f"model.attention=flex does not run here: {_first_line(err)}") from err
-            _flex["broken"] = _first_line(err)
-            log.warning("FlexAttention does not run here (%s); using query blocks", _flex["broken"])
+            _flex.broken = _first_line(err)
+            log.warning("FlexAttention does not run here (%s); using query blocks", _flex.broken)
     return blocked_causal_attention(q, k, v, positions, encoder, dropout_p)
 
 
@@ -131,7 +131,17 @@ def blocked_causal_attention(
 
 # --- FlexAttention (torch >= 2.5): the bias is applied inside a compiled kernel, block-sparse causal. ---
 FLEX_BLOCK = 128  # FlexAttention's default block size
-_flex: dict[str, object] = {}  # compiled kernels, and why flex does not run here ("broken")
+@dataclass
+class FlexState:
+    """Process-wide FlexAttention state: compiled kernels, which (score_mod, length) pairs have a
+    length-specialized one, and why flex does not run here (set on the first failure)."""
+
+    kernels: dict[str, Callable[..., Tensor]] = field(default_factory=dict)
+    static_keys: set[tuple[object, int]] = field(default_factory=set)
+    broken: str | None = None
+
+
+_flex = FlexState()
 _causal_masks: dict[tuple[int, str], object] = {}
 
 
@@ -147,10 +157,8 @@ def flex_causal_attention(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable[.
     """
     seq = q.shape[-2]
     key = (score_mod.__code__, seq)
-    static = _flex.setdefault("static_keys", set())
-    assert isinstance(static, set)
-    if key in static or len(static) < STATIC_FLEX_KERNELS:
-        static.add(key)
+    if key in _flex.static_keys or len(_flex.static_keys) < STATIC_FLEX_KERNELS:
+        _flex.static_keys.add(key)
         kernel = _compiled("static", _flex_static, dynamic=False)
     else:
         kernel = _compiled("dynamic", _flex_dynamic, dynamic=True)
@@ -163,9 +171,9 @@ STATIC_FLEX_KERNELS = 6
 
 
 def _compiled(name: str, fn: Callable[..., Tensor], dynamic: bool) -> Callable[..., Tensor]:
-    if name not in _flex:
-        _flex[name] = torch.compile(fn, dynamic=dynamic)
-    return _flex[name]  # type: ignore[return-value]
+    if name not in _flex.kernels:
+        _flex.kernels[name] = torch.compile(fn, dynamic=dynamic)
+    return _flex.kernels[name]
 
 
 # Two functions (two code objects), so the static and the generic kernel have separate recompile budgets.

@@ -118,7 +118,7 @@ def test_auto_attention_falls_back_to_query_blocks_when_flex_cannot_run(monkeypa
         raise RuntimeError("no C compiler here")
 
     monkeypatch.setattr(model_module, "flex_causal_attention", broken)
-    monkeypatch.setattr(model_module, "_flex", {})
+    monkeypatch.setattr(model_module, "_flex", model_module.FlexState())
     q, k, v = (torch.randn(1, 4, 1024, 8, dtype=torch.float64) for _ in range(3))
     out = causal_attention(q, k, v, torch.arange(1024), encoder, kind="auto")
     torch.testing.assert_close(out, _dense_reference(q, k, v, encoder))
