@@ -74,7 +74,7 @@ def causal_attention(
 
     Args:
         q, k, v: ``[b, n_h, s, h_d]``.
-        positions: ``[s]``, the model's ``0..s-1``.
+        positions: ``[s]``, as given by ``encoder.sample_positions`` (usually ``0..s-1``).
         encoder: supplies ``score_bias`` (and maybe ``score_mod``) when ``encoder.has_score_bias``.
         dropout_p: attention dropout (query blocks only: FlexAttention has none).
         kind: ``auto``, ``flex`` or ``blocked``, see :class:`ModelConfig`.
@@ -302,7 +302,7 @@ class Transformer(nn.Module):
 
     def forward(self, idx: Tensor) -> Tensor:
         """Token ids ``[b, s]`` -> next-token logits ``[b, s, vocab]``."""
-        positions = self._positions(idx.shape[1], idx.device)  # (s,)
+        positions = self.encoder.sample_positions(self._positions(idx.shape[1], idx.device))  # (s,)
         x = self.encoder.embed(self.tok_emb(idx), positions)  # (b, s, d)
         for block in self.blocks:
             x = block(x, positions)

@@ -1,24 +1,11 @@
-"""Positional-encoding formulas as pure functions.
-
-This module is posenc's public formula API: the names and signatures below are a stable contract.
-Every function is stateless, documents its tensor shapes, accepts float32 and float64 inputs and keeps
-their dtype and device. The modules in :mod:`posenc.encoders` are thin wrappers around these.
-
-Layout convention for rotary encodings: the RoFormer layout, where dimension pair ``j`` of a head is
-``(x[..., 2j], x[..., 2j+1])`` (Su et al. 2021, eq. 15), not the "rotate_half" layout of GPT-NeoX/Llama.
-"""
+"""Rotary encodings (RoPE, xPos), RoFormer pair layout: pair ``j`` is ``(x[..., 2j], x[..., 2j+1])``."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import Tensor
 
 __all__ = [
-    "sinusoidal_table",
-    "alibi_slopes",
-    "alibi_bias",
     "rope_inv_freq",
     "ntk_base",
     "rope_angles",
@@ -26,83 +13,9 @@ __all__ = [
     "apply_rotation",
     "apply_rope",
     "xpos_zeta",
-    "xpos_rotations",
     "apply_xpos",
+    "xpos_rotations",
 ]
-
-
-def _float_dtype(t: Tensor) -> torch.dtype:
-    """The dtype to compute in for ``t``: its own if floating point, else float32."""
-    return t.dtype if t.is_floating_point() else torch.float32
-
-
-def sinusoidal_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
-    """Sinusoidal position table of Vaswani et al. 2017 ("Attention Is All You Need", §3.5).
-
-    ``p[i, 2t] = sin(positions[i] / base**(2t/dim))`` and ``p[i, 2t+1] = cos(positions[i] / base**(2t/dim))``.
-    For an odd ``dim`` the last column is the sine of the next frequency.
-
-    Args:
-        positions: ``[seq]`` positions (integer or floating point).
-        dim: width of each row (the model dimension), ``>= 1``.
-        base: wavelength base; 10000 in the paper.
-
-    Returns:
-        ``[seq, dim]`` table, in ``positions``' dtype if floating point (else float32), on its device.
-    """
-    if dim < 1:
-        raise ValueError(f"sinusoidal_table: dim must be >= 1, got {dim}")
-    dtype = _float_dtype(positions)
-    # Compute angles in float64 so large positions (8192+) keep full fp32 accuracy after the cast.
-    pos = positions.to(torch.float64)
-    two_t = torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device)  # [ceil(dim/2)]
-    angles = pos[:, None] / base ** (two_t / dim)  # [seq, ceil(dim/2)]
-    table = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # [seq, 2*ceil(dim/2)]
-    return table[:, :dim].to(dtype)
-
-
-def alibi_slopes(
-    num_heads: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
-) -> Tensor:
-    """Per-head ALiBi slopes of Press et al. 2022 ("Train Short, Test Long", §3 and their reference code).
-
-    For ``n`` a power of two the slopes are the geometric sequence ``2**(-8/n * (i+1))`` for
-    ``i = 0..n-1`` (8 heads: 1/2, 1/4, ..., 1/256). Otherwise, with ``c`` the largest power of two
-    below ``n``, the slopes are those of ``c`` heads followed by every other slope of ``2c`` heads
-    (the odd-indexed ones, ``2**(-8/(2c) * (2i+1))``) until ``n`` slopes are collected.
-
-    Args:
-        num_heads: number of attention heads, ``>= 1``.
-
-    Returns:
-        ``[num_heads]`` slopes.
-    """
-    if num_heads < 1:
-        raise ValueError(f"alibi_slopes: num_heads must be >= 1, got {num_heads}")
-
-    def power_of_two(n: int) -> list[float]:
-        return [2.0 ** (-8.0 / n * (i + 1)) for i in range(n)]
-
-    c = 2 ** math.floor(math.log2(num_heads))
-    slopes = power_of_two(c) + power_of_two(2 * c)[0::2][: num_heads - c]
-    return torch.tensor(slopes, dtype=dtype, device=device)
-
-
-def alibi_bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-    """ALiBi's additive attention-score bias ``-slope_h * (i - j)`` (Press et al. 2022, eq. in §3).
-
-    Defined for causal attention (``j <= i``); entries with ``j > i`` are left for the causal mask.
-
-    Args:
-        slopes: ``[n_h]`` per-head slopes (see :func:`alibi_slopes`).
-        q_positions: ``[s_q]`` query positions ``i``.
-        k_positions: ``[s_k]`` key positions ``j``.
-
-    Returns:
-        ``[n_h, s_q, s_k]`` bias in ``slopes``' dtype.
-    """
-    distance = (q_positions[:, None] - k_positions[None, :]).to(slopes.dtype)  # [s_q, s_k]
-    return -slopes[:, None, None] * distance
 
 
 def rope_inv_freq(

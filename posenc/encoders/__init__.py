@@ -1,0 +1,55 @@
+"""Positional encoders: small modules injected into the model, one registry of them.
+
+An encoder can act on the model in three places, through the hooks of :class:`PositionalEncoder`
+(and choose the positions all three see, ``sample_positions``: randomized encodings):
+
+* ``embed``  - on the input embeddings (absolute encodings: sinusoidal, learned);
+* ``rotate`` - on queries and keys inside attention (rotary encodings: RoPE, RoPE+NTK, xPos);
+* ``score_bias`` - as an additive attention-score bias (ALiBi), when ``has_score_bias`` is set; such an
+  encoder may also give the same bias as a FlexAttention ``score_mod`` (``score_mod``), which the model
+  uses for long sequences (linear memory, no bias tensor at all).
+
+The base class does nothing in all three, which is exactly NoPE. The model calls the hooks and never
+looks at an encoder's name. Formulas live in :mod:`posenc.functional`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posenc.encoders.absolute import Learned, Sinusoidal
+from posenc.encoders.base import AttentionShape, NoPE, PositionalEncoder
+from posenc.encoders.bias import ALiBi
+from posenc.encoders.rotary import RoPE, RoPENTK, RotaryEncoder, XPos
+from posenc.errors import ConfigError
+from posenc.options import check_options
+
+__all__ = [
+    "ENCODERS", "AttentionShape", "PositionalEncoder", "RotaryEncoder", "build_encoder", "check_encoder_name",
+    "NoPE", "Sinusoidal", "Learned", "ALiBi", "RoPE", "RoPENTK", "XPos",
+]  # fmt: skip
+
+#: The registry: key -> encoder class. ``conf/encoder/<key>.yaml`` exists for every key.
+ENCODERS: dict[str, type[PositionalEncoder]] = {
+    "nope": NoPE,
+    "sinusoidal": Sinusoidal,
+    "learned": Learned,
+    "alibi": ALiBi,
+    "rope": RoPE,
+    "rope_ntk": RoPENTK,
+    "xpos": XPos,
+}
+
+
+def check_encoder_name(name: str) -> None:
+    if name not in ENCODERS:
+        raise ConfigError(f"unknown encoder '{name}'; known encoders: {', '.join(ENCODERS)}")
+
+
+def build_encoder(
+    name: str, shape: AttentionShape, train_length: int, options: dict[str, Any] | None = None
+) -> PositionalEncoder:
+    """Build encoder ``name``; unknown names, unknown options and bad values raise :class:`ConfigError`."""
+    check_encoder_name(name)
+    cls = ENCODERS[name]
+    return cls(shape, train_length, **check_options("encoder", name, cls, options or {}))

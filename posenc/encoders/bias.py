@@ -1,0 +1,32 @@
+"""Fixed attention-score biases."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor
+
+from posenc import functional as F
+from posenc.encoders.base import AttentionShape, PositionalEncoder
+
+
+class ALiBi(PositionalEncoder):
+    """Attention with Linear Biases (Press et al. 2022): score bias ``-slope_h * (i - j)``."""
+
+    description = "linear distance penalty on attention scores (Press et al. 2022)"
+    has_score_bias = True
+
+    def __init__(self, shape: AttentionShape, train_length: int) -> None:
+        super().__init__(shape, train_length)
+        self.register_buffer("slopes", F.alibi_slopes(shape.n_heads), persistent=False)
+
+    def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+        return F.alibi_bias(self.slopes, q_positions, k_positions)  # [n_h, s_q, s_k]
+
+    def score_mod(self) -> Callable[..., Tensor]:
+        slopes = self.slopes
+
+        def alibi(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return score - slopes[h] * (q_idx - kv_idx).to(score.dtype)
+
+        return alibi
