@@ -33,6 +33,16 @@ SequencesOption = Annotated[
     Optional[int], typer.Option(help="Sequences per length (default: ~32k tokens, at least 4).")
 ]
 DeviceOption = Annotated[str, typer.Option(help="auto | cpu | cuda")]
+ScalingOption = Annotated[
+    str,
+    typer.Option("--rope-scaling", help="Comma-separated RoPE extension methods to evaluate rotary runs under, "
+                 "without retraining: none (as trained), linear, ntk, dynamic_ntk, yarn, llama3."),
+]
+FactorOption = Annotated[
+    Optional[float],
+    typer.Option("--rope-factor", help="Fixed extension factor for --rope-scaling (default: follows the "
+                 "evaluation length, s = eval length / training length)."),
+]
 
 
 def _check_eval_options(sequences: int | None, device: str) -> None:
@@ -74,19 +84,26 @@ def extrapolate(
     out: Annotated[Path, typer.Option(help="Folder for extrapolation.{csv,parquet,md}.")] = DEFAULT_RESULTS,
     sequences: SequencesOption = None,
     device: DeviceOption = "auto",
+    rope_scaling: ScalingOption = "none",
+    rope_factor: FactorOption = None,
 ) -> None:
-    """Evaluate trained runs at each length and write one tidy table (CSV, Parquet, Markdown)."""
-    from posenc.extrapolate import TABLE_STEM, merge_into, parse_lengths, summary, summary_markdown
+    """Evaluate trained runs at each length and write one tidy table (CSV, Parquet, Markdown).
+
+    With --rope-scaling, rotary runs are also evaluated under each RoPE extension method (a `scaling` column).
+    """
+    from posenc.extrapolate import TABLE_STEM, merge_into, parse_lengths, parse_scalings, scaling_note
+    from posenc.extrapolate import summary, summary_markdown
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.io import find_runs
     from posenc.tables import read_table, table_lock, write_tables
 
     try:
         wanted = parse_lengths(lengths)
+        scalings = parse_scalings(rope_scaling, rope_factor)
         _check_eval_options(sequences, device)
         found = find_runs(runs or _default_runs())
-        previous = read_table(out, TABLE_STEM)  # read before the long work: a bad --out fails early
-        table, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device)
+        read_table(out, TABLE_STEM)  # read before the long work: a bad --out or damaged table fails early
+        table, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, scalings=scalings)
         with table_lock(out):  # merge into the table as it is now: another command may have written it
             merged = merge_into(read_table(out, TABLE_STEM), table)
             paths = write_tables(merged, out, TABLE_STEM, summary=summary_markdown(merged))
@@ -95,13 +112,28 @@ def extrapolate(
     except KeyboardInterrupt:  # tables are written only at the end, atomically: nothing is half-written
         print_error("interrupted; no table written")
         raise typer.Exit(130)
-    shown = summary(table).reset_index()
-    shown.columns = [str(c) for c in shown.columns]
-    console.print("[bold]exact match by evaluation length[/] (all columns in the files below)")
-    print_table(shown)
+    for metric, view in _by_headline_metric(table):
+        shown = summary(view, metric).reset_index()
+        shown.columns = [str(c) for c in shown.columns]
+        console.print(f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (all columns in the files below)")
+        print_table(shown)
+    _print_notes(skipped, scaling_note(table, scalings))
+    console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
+
+
+def _by_headline_metric(table):
+    """``(metric, rows)`` for each task's headline metric (perplexity for ``lm``, else exact match)."""
+    from posenc.compare import report_metrics
+
+    headline = table["task"].map(lambda task: report_metrics(task)[0])
+    return [(metric, table[headline == metric]) for metric in dict.fromkeys(headline)]
+
+
+def _print_notes(skipped: list[str], note: str | None) -> None:
     for reason in skipped:
         console.print(f"[yellow]skipped:[/] {reason}", highlight=False, soft_wrap=True)
-    console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
+    if note:
+        console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -116,6 +148,8 @@ def compare(
     out: Annotated[Path, typer.Option(help="Folder for the tables, figures and report.md.")] = DEFAULT_RESULTS,
     sequences: SequencesOption = None,
     device: DeviceOption = "auto",
+    rope_scaling: ScalingOption = "none",
+    rope_factor: FactorOption = None,
 ) -> None:
     """Aggregate runs across seeds: mean, std and 95% CI per encoder, task and length; tables, plots, report.
 
@@ -124,7 +158,7 @@ def compare(
     from posenc.compare import pivot, write_comparison
     from posenc.extrapolate import TABLE_STEM as EVAL_STEM
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.extrapolate import parse_lengths
+    from posenc.extrapolate import parse_lengths, parse_scalings, scaling_label, scaling_note, upgrade
     from posenc.io import find_runs
     from posenc.tables import describe_run, read_table, table_lock
 
@@ -132,15 +166,19 @@ def compare(
         wanted = parse_lengths(lengths) if lengths is not None else None
         if wanted is None:
             parse_lengths(str(up_to))  # same range check as --lengths
+        scalings = parse_scalings(rope_scaling, rope_factor)
         _check_eval_options(sequences, device)
         found = find_runs(runs or _default_runs())
         previous = read_table(out, EVAL_STEM)  # read before the long work: a bad --out fails early
-        done = frozenset() if previous is None else frozenset(zip(previous["run"], previous["eval_length"]))
+        previous = None if previous is None else upgrade(previous)
+        done = frozenset() if previous is None else frozenset(
+            zip(previous["run"], previous["eval_length"], previous["scaling"]))
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, up_to=up_to,
-                                         done=done, allow_empty=previous is not None)
+                                         scalings=scalings, done=done, allow_empty=previous is not None)
         reused = 0
         if previous is not None:
-            mine = previous[previous["run"].isin({describe_run(run) for run in found})]
+            mine = previous[previous["run"].isin({describe_run(run) for run in found})
+                            & previous["scaling"].isin([scaling_label(sc) for sc in scalings])]
             reused = len(mine if wanted is None else mine[mine["eval_length"].isin(wanted)])
         console.print(f"{len(new)} new evaluations, {reused} reused", highlight=False)
         command = "posenc compare " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "posenc compare"
@@ -153,10 +191,10 @@ def compare(
     except KeyboardInterrupt:  # every file is written atomically at the end: nothing is half-written
         print_error("interrupted; no table written")
         raise typer.Exit(130)
-    console.print("[bold]exact match by evaluation length[/] (mean ± 95% CI over seeds)")
-    print_table(pivot(comparison, "exact_match"))
-    for reason in skipped:
-        console.print(f"[yellow]skipped:[/] {reason}", highlight=False, soft_wrap=True)
+    for metric, view in _by_headline_metric(comparison):
+        console.print(f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (mean ± 95% CI over seeds)")
+        print_table(pivot(view, metric))
+    _print_notes(skipped, scaling_note(new, scalings))
     console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
                   f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
 
@@ -219,3 +257,49 @@ def tasks() -> None:
     width = max(map(len, TASKS))
     for key, cls in TASKS.items():
         typer.echo(f"{key:<{width}}  {cls.description}")
+
+
+@app.command()
+def kernels(
+    encoders: Annotated[
+        Optional[str], typer.Option(help="Comma-separated encoders drawn untrained (default: all).")
+    ] = None,
+    runs: RunsOption = None,
+    max_distance: Annotated[int, typer.Option(help="Largest relative distance m - n.")] = 2048,
+    rope_scaling: Annotated[
+        str, typer.Option(help="RoPE scaling methods drawn for rotary encoders (none = as trained).")
+    ] = "none,ntk,yarn",
+    factor: Annotated[
+        float, typer.Option("--factor", "--rope-factor", help="Extension factor of the scaling methods.")
+    ] = 4.0,
+    out: Annotated[Path, typer.Option(help="Folder for kernels.{csv,parquet,md} and the figures.")] = (
+        DEFAULT_RESULTS / "kernels"
+    ),
+) -> None:
+    """What attention sees by relative distance: rotary decay, score biases, absolute similarity.
+
+    Encoders with learned parameters are drawn only from trained runs (--runs), with their own shape.
+    """
+    from posenc.io import find_runs
+    from posenc.kernels import TABLE_STEM, kernel_table, parse_encoders, parse_scaling, summary
+    from posenc.kernels import summary_markdown, write_figures
+    from posenc.tables import write_tables
+
+    try:
+        names = parse_encoders(encoders)
+        methods = parse_scaling(rope_scaling)
+        found = find_runs(runs) if runs else []
+        result = kernel_table(names, found, max_distance, methods, factor)
+        paths = write_tables(result.table, out, TABLE_STEM, summary=summary_markdown(result.table, factor))
+        figures = write_figures(result.table, out)
+    except PosencError as err:
+        fail(str(err))
+    except OSError as err:
+        fail(f"cannot write to {out}: {err.strerror or err}")
+    console.print("[bold]attention kernels[/] (mean over heads; all distances in the files below)")
+    print_table(summary(result.table))
+    for note in result.notes:
+        console.print(f"[yellow]skipped:[/] {note}", highlight=False, soft_wrap=True)
+    console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
+    shown = ", ".join(str(p) for p in figures)
+    console.print(f"figures (PNG + SVG): {shown}", highlight=False, soft_wrap=True)

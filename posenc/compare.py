@@ -1,6 +1,6 @@
 """Aggregating evaluations across seeds: mean, standard deviation and a 95% confidence interval.
 
-One row per (task, encoder, train_length, eval_length). The interval is Student's t interval of the mean
+One row per (task, encoder, train_length, eval_length, scaling, depth). The interval is Student's t interval of the mean
 over seeds, ``mean ± t_{0.975, n-1} · std / sqrt(n)`` with the sample standard deviation (``ddof=1``);
 it is undefined (NaN) for a single seed.
 """
@@ -14,8 +14,8 @@ import pandas as pd
 
 from posenc.errors import PosencError
 
-GROUP = ["task", "encoder", "train_length", "eval_length"]
-METRICS = ("exact_match", "token_accuracy", "loss")
+GROUP = ["task", "encoder", "train_length", "eval_length", "scaling", "depth"]
+METRICS = ("exact_match", "token_accuracy", "loss", "perplexity")
 TABLE_STEM = "comparison"
 
 # Two-sided 95% quantiles of Student's t, t_{0.975, df} for df = 1..30 (standard tables; checked against
@@ -53,7 +53,7 @@ def mean_std_ci(values: pd.Series) -> tuple[int, float, float, float]:
 
 
 def aggregate(table: pd.DataFrame) -> pd.DataFrame:
-    """Per (task, encoder, train_length, eval_length): ``n_seeds`` (seeds with a value), and for each metric
+    """Per :data:`GROUP`: ``n_seeds`` (seeds with a value), ``scaling_factor``, and for each metric
     ``<metric>_mean``, ``_std``, ``_ci95`` (half-width), ``_ci95_low``, ``_ci95_high``; plus ``note``
     (the first note of the group's rows, e.g. why a learned table has no value).
 
@@ -65,6 +65,7 @@ def aggregate(table: pd.DataFrame) -> pd.DataFrame:
         row = dict(zip(GROUP, key))
         row["n_seeds"] = int(group["exact_match"].notna().sum())
         row["seeds"] = ",".join(str(s) for s in sorted(group["seed"].unique()))
+        row["scaling_factor"] = group["scaling_factor"].iloc[0]  # set by scaling and lengths
         for metric in METRICS:
             _, mean, std, half = mean_std_ci(group[metric])
             row.update({f"{metric}_mean": mean, f"{metric}_std": std, f"{metric}_ci95": half,
@@ -75,9 +76,22 @@ def aggregate(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def report_metrics(task: str) -> tuple[str, ...]:
+    """The metrics tables and figures show for ``task`` (its ``report_metrics``; lm: perplexity first)."""
+    from posenc.tasks import TASKS
+
+    return getattr(TASKS.get(task), "report_metrics", ("exact_match", "token_accuracy", "loss"))
+
+
 def pivot(comparison: pd.DataFrame, metric: str = "exact_match", task: str | None = None) -> pd.DataFrame:
-    """``mean ± ci95`` strings, (task, encoder) x eval length: the table a paper shows."""
+    """``mean ± ci95`` strings, (task, encoder label) x eval length: the table a paper shows.
+
+    The label carries the RoPE scaling and depth where rows have them (:func:`posenc.extrapolate.labels`).
+    """
+    from posenc.extrapolate import labels
+
     view = comparison if task is None else comparison[comparison["task"] == task]
+    view = view.assign(encoder=labels(view))
 
     def cell(row: pd.Series) -> str:
         mean, half = row[f"{metric}_mean"], row[f"{metric}_ci95"]
@@ -93,12 +107,12 @@ def pivot(comparison: pd.DataFrame, metric: str = "exact_match", task: str | Non
 
 def write_comparison(
     out: Path, new: pd.DataFrame, runs: list[Path], lengths: list[int] | None, skipped: list[str], command: str
-) -> tuple[pd.DataFrame, list[Path], dict[tuple[str, str], Path]]:
+) -> tuple[pd.DataFrame, list[Path], dict[tuple, Path]]:
     """Merge ``new`` evaluations into ``out``'s evaluation table, aggregate ``runs`` (at ``lengths``, or all
     evaluated lengths) and write the tables, figures and ``report.md``. Call it holding ``table_lock(out)``.
 
     Returns:
-        The comparison table, the table files written and the figures (PNG path per (task, metric)).
+        The comparison table, the table files written and the figures (see :func:`posenc.plots.plot_all`).
     """
     from posenc.extrapolate import TABLE_STEM as EVAL_STEM
     from posenc.extrapolate import merge_into, summary_markdown
@@ -116,6 +130,28 @@ def write_comparison(
     comparison = aggregate(mine)
     paths = write_tables(merged, out, EVAL_STEM, summary=summary_markdown(merged))
     paths += write_tables(comparison, out, TABLE_STEM)
-    figures = plot_all(comparison, out, METRICS)
-    atomic_write_text(out / "report.md", write_report(comparison, figures, out, command, len(runs), skipped))
+    figures = plot_all(comparison, out, {task: report_metrics(task) for task in comparison["task"].unique()})
+    report = write_report(comparison, figures, out, command, len(runs), skipped, data=data_descriptions(runs))
+    atomic_write_text(out / "report.md", report)
     return comparison, paths, figures
+
+
+def data_descriptions(runs: list[Path]) -> dict[str, list[str]]:
+    """Task name -> the distinct :meth:`~posenc.tasks.Task.describe_data` lines of ``runs`` (as the data reads
+    now, which is what the evaluations read); tasks that generate their data, or unreadable runs, add none."""
+    import yaml
+
+    from posenc.config import run_config_from_dict
+    from posenc.io import CONFIG_FILE
+    from posenc.tasks import build_task
+
+    found: dict[str, list[str]] = {}
+    for run in runs:
+        try:
+            cfg = run_config_from_dict(yaml.safe_load((run / CONFIG_FILE).read_text()))
+            line = build_task(cfg.task.name, cfg.task.options).describe_data()
+        except (OSError, yaml.YAMLError, PosencError):
+            continue
+        if line and line not in found.setdefault(cfg.task.name, []):
+            found[cfg.task.name].append(line)
+    return found

@@ -48,6 +48,7 @@ class Scores:
         n = max(self.answer_tokens, 1)
         return {
             "loss": self.loss_sum / n,
+            "perplexity": math.exp(min(self.loss_sum / n, 700.0)),  # per answer token; lm: per byte
             "token_accuracy": self.correct_tokens / n,
             "exact_match": self.exact_sequences / max(self.sequences, 1),
             "n_sequences": self.sequences,
@@ -71,9 +72,11 @@ def evaluate(
 ) -> dict[str, float]:
     """Score ``model`` on ``n_sequences`` fresh sequences of exactly ``length`` tokens.
 
-    Returns ``loss`` (mean answer-token cross-entropy, nats), ``token_accuracy``, ``exact_match`` (share of
-    sequences with every answer token right) and ``n_sequences``.
+    Returns ``loss`` (mean answer-token cross-entropy, nats), ``perplexity`` (``exp(loss)``),
+    ``token_accuracy``, ``exact_match`` (share of sequences with every answer token right) and
+    ``n_sequences``. Sequences come from ``task.for_evaluation()`` (held-out text for ``lm``).
     """
+    task = task.for_evaluation()
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device

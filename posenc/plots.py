@@ -8,30 +8,41 @@ import pandas as pd
 
 from posenc import io as run_io
 
-LABELS = {"exact_match": "exact match", "token_accuracy": "token accuracy", "loss": "loss (nats per answer token)"}
+LABELS = {
+    "exact_match": "exact match", "token_accuracy": "token accuracy", "loss": "loss (nats per answer token)",
+    "perplexity": "perplexity (per answer token)",
+}  # fmt: skip
+BOUNDED = ("exact_match", "token_accuracy")  # shares: axis and bands clipped to [0, 1]
 
 
-def plot_metric(comparison: pd.DataFrame, task: str, metric: str, out_dir: Path) -> list[Path]:
-    """Draw ``metric`` vs evaluation length for ``task`` and write ``<task>_<metric>.png`` and ``.svg``.
+def plot_metric(
+    comparison: pd.DataFrame, task: str, metric: str, out_dir: Path, stem: str | None = None, title: str = ""
+) -> list[Path]:
+    """Draw ``metric`` vs evaluation length for ``task`` and write ``<stem>.png`` and ``.svg``.
 
-    x: evaluation length on a log2 axis; one line per encoder (its mean over seeds) with the 95% interval
-    as a band (clipped to [0, 1] for accuracies); dotted vertical lines at the training lengths.
+    x: evaluation length on a log2 axis; one line per encoder label (its mean over seeds; RoPE scaling and
+    depth in the label where set) with the 95% interval as a band (clipped to [0, 1] for accuracies);
+    dotted vertical lines at the training lengths. Perplexity uses a log y axis. ``stem`` defaults to
+    ``<task>_<metric>``.
     """
+    from posenc.extrapolate import labels
+
     import matplotlib
 
     matplotlib.use("Agg")  # files only: works without a display, in jobs and CI
     import matplotlib.pyplot as plt
 
     view = comparison[comparison["task"] == task].sort_values("eval_length")
+    view = view.assign(label=labels(view))
     fig, ax = plt.subplots(figsize=(6.4, 4.0), constrained_layout=True)
-    for encoder, rows in view.groupby("encoder", sort=True):
+    for encoder, rows in view.groupby("label", sort=True):
         rows = rows[rows[f"{metric}_mean"].notna()]
         if rows.empty:
             continue
         mean = rows[f"{metric}_mean"]
         (line,) = ax.plot(rows["eval_length"], mean, marker="o", markersize=3, label=encoder)
         low, high = rows[f"{metric}_ci95_low"], rows[f"{metric}_ci95_high"]
-        if metric != "loss":
+        if metric in BOUNDED:
             low, high = low.clip(0, 1), high.clip(0, 1)
         ax.fill_between(rows["eval_length"], low, high, color=line.get_color(), alpha=0.18, linewidth=0)
     for length in sorted(view["train_length"].unique()):
@@ -41,26 +52,47 @@ def plot_metric(comparison: pd.DataFrame, task: str, metric: str, out_dir: Path)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("evaluation length (tokens)")
     ax.set_ylabel(LABELS.get(metric, metric))
-    if metric != "loss":
+    if metric in BOUNDED:
         ax.set_ylim(-0.02, 1.02)
+    elif metric == "perplexity":
+        ax.set_yscale("log")
     seeds = view["n_seeds"].max() if not view.empty else 0
-    ax.set_title(f"{task}: {LABELS.get(metric, metric)} (mean of {seeds} seeds, 95% CI band)", fontsize=10)
+    ax.set_title(f"{title or task}: {LABELS.get(metric, metric)} (mean of {seeds} seeds, 95% CI band)",
+                 fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
     paths = []
     for ext in ("png", "svg"):
-        path = Path(out_dir) / f"{task}_{metric}.{ext}"
+        path = Path(out_dir) / f"{stem or f'{task}_{metric}'}.{ext}"
         run_io.atomic_write(path, lambda f, ext=ext: fig.savefig(f, format=ext, dpi=150))
         paths.append(path)
     plt.close(fig)
     return paths
 
 
-def plot_all(comparison: pd.DataFrame, out_dir: Path, metrics: tuple[str, ...]) -> dict[tuple[str, str], Path]:
-    """Every (task, metric) figure; returns the PNG path of each."""
-    figures = {}
+def plot_all(comparison: pd.DataFrame, out_dir: Path, metrics: dict[str, tuple[str, ...]]) -> dict[tuple, Path]:
+    """Every figure of a comparison; returns the PNG path of each, keyed as below.
+
+    Args:
+        metrics: the metrics to draw for each task (e.g. perplexity for ``lm``, exact match for copy).
+
+    Returns:
+        ``(task, metric)``: the encoders as trained; ``(task, metric, "rope_scaling")``: rotary runs under
+        every evaluated RoPE scaling method, when some were evaluated.
+    """
+    from posenc.extrapolate import NO_SCALING
+
+    figures: dict[tuple, Path] = {}
     for task in sorted(comparison["task"].unique()):
-        for metric in metrics:
-            if comparison.loc[comparison["task"] == task, f"{metric}_mean"].notna().any():
-                figures[(task, metric)] = plot_metric(comparison, task, metric, out_dir)[0]
+        rows = comparison[comparison["task"] == task]
+        trained = rows[rows["scaling"] == NO_SCALING]
+        scaled_encoders = set(rows.loc[rows["scaling"] != NO_SCALING, "encoder"])
+        scaled = rows[rows["encoder"].isin(scaled_encoders)]
+        for metric in metrics.get(task, ("exact_match", "token_accuracy", "loss")):
+            if trained[f"{metric}_mean"].notna().any():
+                figures[(task, metric)] = plot_metric(trained, task, metric, out_dir)[0]
+            if scaled_encoders and scaled[f"{metric}_mean"].notna().any():
+                figures[(task, metric, "rope_scaling")] = plot_metric(
+                    scaled, task, metric, out_dir, stem=f"{task}_rope_scaling_{metric}",
+                    title=f"{task}, RoPE scaling at evaluation")[0]
     return figures

@@ -8,12 +8,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc.compare import pivot
+from posenc.compare import pivot, report_metrics
+from posenc.extrapolate import NO_SCALING
 
 
-def _value(comparison: pd.DataFrame, task: str, encoder: str, factor: int, metric: str) -> float:
-    """``metric``'s mean for (task, encoder) at ``factor`` x its training length; NaN if not evaluated."""
-    rows = comparison[(comparison["task"] == task) & (comparison["encoder"] == encoder)]
+def _value(
+    comparison: pd.DataFrame, task: str, encoder: str, factor: int, metric: str, scaling: str = NO_SCALING
+) -> float:
+    """``metric``'s mean for (task, encoder) as trained (or under a RoPE ``scaling``) at ``factor`` x its
+    training length, over all depths; NaN if not evaluated."""
+    rows = comparison[(comparison["task"] == task) & (comparison["encoder"] == encoder)
+                      & (comparison["scaling"] == scaling) & comparison["depth"].isna()]
     rows = rows[rows["eval_length"] == rows["train_length"] * factor]
     return float(rows[f"{metric}_mean"].iloc[0]) if len(rows) else math.nan
 
@@ -40,12 +45,14 @@ def literature_checks(comparison: pd.DataFrame, task: str = "copy") -> list[str]
                 parts.append(f"{encoder} {inside:.2f} at 1× → {twice:.2f} at 2×")
                 agrees &= twice <= max(0.05, 0.5 * inside)
         learned_in = [a for a, _ in absolute.values() if not math.isnan(a)]
-        weak = max(learned_in) < 0.5
-        verdict = "**agrees**" if agrees else "**differs**"
-        caveat = (" Caveat: here the absolute encodings do not learn the task well even at the training "
-                  "length, so their collapse says less than in the paper." if weak else "")
-        lines.append(f"Kazemnejad et al. 2023 (absolute encodings collapse past the training length on "
-                     f"{task}): {verdict} — exact match {'; '.join(parts)}.{caveat}")
+        kazemnejad = (f"Kazemnejad et al. 2023 (absolute encodings collapse past the training length on "
+                      f"{task})")
+        if max(learned_in) < 0.5:  # nothing learned, nothing to collapse: the finding cannot be checked
+            lines.append(f"{kazemnejad}: **not testable here** — the absolute encodings do not learn the task "
+                         f"even at the training length (exact match {'; '.join(parts)}).")
+        else:
+            lines.append(f"{kazemnejad}: {'**agrees**' if agrees else '**differs**'} — exact match "
+                         f"{'; '.join(parts)}.")
     def untestable(name: str, encoders: tuple[str, ...]) -> str | None:
         """Why a finding about ``encoders`` cannot be checked: one of them did not learn the task."""
         weak = [f"{e} {v(e, 1):.2f}" for e in encoders if not v(e, 1) >= 0.5]
@@ -82,14 +89,53 @@ def literature_checks(comparison: pd.DataFrame, task: str = "copy") -> list[str]
         lines.append(f"Sun et al. 2023 (xPos extrapolates better than RoPE; the paper pairs it with blockwise "
                      f"causal attention, which posenc does not use): {'**agrees**' if agrees else '**differs**'}"
                      f" — token accuracy at 2×: xpos {xpos:.2f}, rope {plain2:.2f}.")
+    scaled = {m: v("rope", 2, "token_accuracy") if m == NO_SCALING else
+              _value(comparison, task, "rope", 2, "token_accuracy", m)
+              for m in ("none", "linear", "ntk", "yarn")}
+    if not math.isnan(scaled["none"]) and any(not math.isnan(x) for m, x in scaled.items() if m != "none"):
+        best = max((m for m in scaled if m != "none" and not math.isnan(scaled[m])), key=scaled.get)
+        numbers = ", ".join(f"{m} {x:.2f}" for m, x in scaled.items() if not math.isnan(x))
+        lines.append(f"Chen et al. 2023, Peng et al. 2023 (position interpolation, NTK-aware scaling and YaRN "
+                     f"extend a RoPE model past its training length without training): "
+                     f"{'**agrees**' if scaled[best] > scaled['none'] + 0.02 else '**differs**'} — token "
+                     f"accuracy of the rope runs at 2×: {numbers}.")
+    return lines
+
+
+def perplexity_checks(comparison: pd.DataFrame, task: str = "lm") -> list[str]:
+    """Perplexity past the training length (Press et al. 2022's measurement): ALiBi vs sinusoidal and RoPE,
+    and the RoPE extension methods against the rope run as trained. A finding without its runs is left out."""
+    def ppl(encoder: str, factor: int, scaling: str = NO_SCALING) -> float:
+        return _value(comparison, task, encoder, factor, "perplexity", scaling)
+
+    lines = []
+    have = {e: (ppl(e, 1), ppl(e, 4)) for e in ("alibi", "sinusoidal", "rope")}
+    have = {e: x for e, x in have.items() if not any(math.isnan(v) for v in x)}
+    if "alibi" in have and len(have) >= 2:
+        rise = {e: b / a for e, (a, b) in have.items()}
+        agrees = all(rise["alibi"] < rise[e] for e in have if e != "alibi") and rise["alibi"] < 1.1
+        numbers = "; ".join(f"{e} {a:.2f} → {b:.2f}" for e, (a, b) in have.items())
+        lines.append(f"Press et al. 2022 (ALiBi's perplexity stays flat past the training length, sinusoidal "
+                     f"and RoPE rise): {'**agrees**' if agrees else '**differs**'} — perplexity per byte at "
+                     f"1× → 4×: {numbers}.")
+    scaled = {m: ppl("rope", 4, m) for m in (NO_SCALING, "linear", "ntk", "dynamic_ntk", "yarn", "llama3")}
+    scaled = {m: x for m, x in scaled.items() if not math.isnan(x)}
+    if NO_SCALING in scaled and len(scaled) > 1:
+        best = min((m for m in scaled if m != NO_SCALING), key=scaled.__getitem__)
+        numbers = ", ".join(f"{'as trained' if m == NO_SCALING else m} {x:.2f}" for m, x in scaled.items())
+        lines.append(f"Chen et al. 2023, Peng et al. 2023 (interpolation, NTK-aware scaling and YaRN lower a "
+                     f"RoPE model's perplexity past its training length without training): "
+                     f"{'**agrees**' if scaled[best] < scaled[NO_SCALING] else '**differs**'} — perplexity "
+                     f"per byte of the rope run at 4×: {numbers} (best: {best}).")
     return lines
 
 
 def write_report(
-    comparison: pd.DataFrame, figures: dict[tuple[str, str], Path], out_dir: Path, command: str,
-    runs: int, skipped: list[str],
+    comparison: pd.DataFrame, figures: dict[tuple, Path], out_dir: Path, command: str,
+    runs: int, skipped: list[str], data: dict[str, list[str]] | None = None,
 ) -> str:
-    """The Markdown text of ``report.md`` (figures linked relative to ``out_dir``)."""
+    """The Markdown text of ``report.md`` (figures linked relative to ``out_dir``); ``data``: per task, the
+    lines naming the data it read (see :func:`posenc.compare.data_descriptions`)."""
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     seeds = sorted({s for cell in comparison["seeds"] for s in str(cell).split(",") if s})
     parts = [
@@ -99,19 +145,34 @@ def write_report(
         "representable (a learned table has no rows past its training length). Full numbers: "
         "`comparison.csv` / `.parquet` / `.md`; one row per run and length: `extrapolation.*`.\n",
     ]
+    trained = comparison[comparison["scaling"] == NO_SCALING]
+    scaled_encoders = set(comparison.loc[comparison["scaling"] != NO_SCALING, "encoder"])
+    scaled = comparison[comparison["encoder"].isin(scaled_encoders)]
     for task in sorted(comparison["task"].unique()):
         parts.append(f"## {task}\n")
-        for metric in ("exact_match", "token_accuracy"):
-            table = pivot(comparison, metric, task).drop(columns="task")
+        parts += [f"Data: {line}\n" for line in (data or {}).get(task, [])]
+        metrics = report_metrics(task)
+        for metric in metrics[:2]:
+            table = pivot(trained, metric, task).drop(columns="task")
             parts.append(f"**{metric.replace('_', ' ')}** by evaluation length\n\n"
                          + table.to_markdown(index=False, disable_numparse=True) + "\n")
-        for metric in ("exact_match", "token_accuracy", "loss"):
-            if (task, metric) in figures:
-                name = figures[(task, metric)].name
-                parts.append(f"![{task}: {metric.replace('_', ' ')}]({name})\n")
-    checks = literature_checks(comparison)
+        parts += [f"![{task}: {m.replace('_', ' ')}]({figures[(task, m)].name})\n"
+                  for m in metrics if (task, m) in figures]
+        if task in set(scaled["task"]):
+            parts.append(f"### {task}: RoPE context extension at evaluation\n\n"
+                         "The same rotary checkpoints evaluated under each `--rope-scaling` method, no "
+                         "retraining; the factor follows the evaluation length (s = L'/L) unless a label "
+                         "says `:<factor>`.\n")
+            for metric in metrics[:2]:
+                table = pivot(scaled[scaled["task"] == task], metric, task).drop(columns="task")
+                parts.append(f"**{metric.replace('_', ' ')}** by evaluation length\n\n"
+                             + table.to_markdown(index=False, disable_numparse=True) + "\n")
+            parts += [f"![{task}: {m.replace('_', ' ')} under RoPE scaling]"
+                      f"({figures[(task, m, 'rope_scaling')].name})\n"
+                      for m in metrics if (task, m, "rope_scaling") in figures]
+    checks = literature_checks(comparison) + perplexity_checks(comparison)
     if checks:
-        parts.append("## Against the literature (copy)\n")
+        parts.append("## Against the literature\n")
         parts.append("\n".join(f"- {line}" for line in checks) + "\n")
     if skipped:
         parts.append("## Skipped runs\n")

@@ -153,6 +153,8 @@ def train(
         "training %s on %s (length %d), %d steps, %s parameters, device %s -> %s",
         cfg.encoder.name, cfg.task.name, cfg.task.length, t.steps, f"{n_params:,}", device, run_dir,
     )
+    if task.describe_data():
+        log.info("data: %s", task.describe_data())
     start = time.perf_counter()
     finite = torch.ones((), dtype=torch.bool, device=device)  # all losses so far; read only when needed
 

@@ -6,15 +6,4 @@
 #   bash scripts/headline.sh                              # as committed
 #   bash scripts/headline.sh hydra/launcher=joblib        # extra Hydra overrides go to the sweep
 # Running it again resumes an interrupted sweep and re-evaluates nothing that is already evaluated.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-posenc=$(command -v posenc || echo .venv/bin/posenc)
-sweep=results/multirun/headline
-out=results/headline
-
-start=$(date +%s)
-"$posenc" train -m experiment=headline "hydra.sweep.dir=$sweep" "$@"
-trained=$(date +%s)
-"$posenc" runs --runs "$sweep" --out "$out"
-"$posenc" compare --runs "$sweep" --out "$out"
-echo "sweep: $((trained - start)) s, runs + compare: $(($(date +%s) - trained)) s" >&2
+exec bash "$(dirname "$0")/experiment.sh" headline -- "$@"

@@ -59,6 +59,14 @@ CASES = [
     ("read-only output folder", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/readonly"]),
     ("unwritable output folder", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "/proc/posenc"]),
     ("runs of a missing folder", ["runs", "--runs", "{tmp}/missing"]),
+    ("unknown rope scaling", ["extrapolate", "--runs", "{run}", "--rope-scaling", "none,magic", "--out", "{out}"]),
+    ("zero rope factor", ["extrapolate", "--runs", "{run}", "--rope-scaling", "yarn", "--rope-factor", "0",
+                          "--out", "{out}"]),
+    ("unknown rope scaling to compare", ["compare", "--runs", "{run}", "--rope-scaling", "ntk2", "--out", "{out}"]),
+    ("unknown encoder option: fraction", ["train", "encoder=rope", "+encoder.fraction=0.5"]),
+    ("rope_partial fraction out of range", ["train", "encoder=rope_partial", "encoder.fraction=1.5"]),
+    ("passkey depth out of range", ["train", "task=passkey", "task.depth=2.0"]),
+    ("lm corpus folder missing", ["train", "task=lm", "task.corpus={tmp}/no-corpus"]),
 ]
 
 

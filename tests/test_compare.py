@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import posenc_cli
+from conftest import TINY, posenc_cli
 
 from posenc.compare import aggregate, mean_std_ci, pivot, t_quantile_975
 from posenc.extrapolate import COLUMNS, doubling_lengths
-from posenc.report import literature_checks
+from posenc.report import literature_checks, perplexity_checks
 
 
 @pytest.mark.parametrize(
@@ -35,9 +35,12 @@ def test_mean_std_ci_by_hand():
     assert mean_std_ci(pd.Series([math.nan]))[0] == 0
 
 
-def _rows(encoder, task, length, values, note=""):
-    return [dict(zip(COLUMNS, [f"r/{encoder}/{seed}", encoder, task, 64, length, seed, 1.0 - v, v, v, 4, 0.1,
-                               note])) for seed, v in enumerate(values)]
+def _rows(encoder, task, length, values, note="", scaling="none", depth=math.nan):
+    return [{"run": f"r/{encoder}/{seed}", "encoder": encoder, "task": task, "train_length": 64,
+             "eval_length": length, "scaling": scaling, "scaling_factor": math.nan, "depth": depth,
+             "seed": seed, "loss": 1.0 - v, "perplexity": math.exp(1.0 - v), "token_accuracy": v,
+             "exact_match": v, "n_sequences": 4, "seconds": 0.1, "note": note}
+            for seed, v in enumerate(values)]
 
 
 def test_aggregate_groups_by_encoder_task_and_lengths():
@@ -77,6 +80,51 @@ def test_literature_checks_say_whether_we_agree():
     differ = _comparison({("rope", 1): 1.0, ("rope", 2): 0.9, ("alibi", 1): 1.0, ("alibi", 2): 0.1,
                           ("alibi", 4): 0.0, ("rope", 4): 0.5})
     assert all("**differs**" in line for line in literature_checks(differ))
+
+
+def test_a_finding_on_encoders_that_never_learned_the_task_is_not_testable():
+    lines = literature_checks(_comparison({("sinusoidal", 1): 0.0, ("sinusoidal", 2): 0.0}))
+    assert len(lines) == 1 and "**not testable here**" in lines[0] and "agrees" not in lines[0]
+
+
+def test_rope_scaling_rows_are_compared_with_the_rope_runs_as_trained():
+    rows = _rows("rope", "copy", 64, [1.0]) + _rows("rope", "copy", 128, [0.3])
+    rows += _rows("rope", "copy", 128, [0.6], scaling="yarn") + _rows("rope", "copy", 128, [0.2], scaling="linear")
+    comparison = aggregate(pd.DataFrame(rows))
+    assert len(comparison) == 4  # scalings are groups of their own
+    line = [x for x in literature_checks(comparison) if x.startswith("Chen et al. 2023")][0]
+    assert "**agrees**" in line and "none 0.30, linear 0.20, yarn 0.60" in line
+    cells = pivot(comparison, "exact_match").set_index("encoder")
+    assert cells.loc["rope +yarn", "128"] == "0.600" and cells.loc["rope", "128"] == "0.300"
+
+
+def test_perplexity_check_follows_press_et_al():
+    def lm(values):
+        rows = []
+        for (encoder, factor), ppl in values.items():
+            row = _rows(encoder, "lm", 64 * factor, [0.0])[0]
+            rows.append({**row, "perplexity": ppl, "loss": math.log(ppl)})
+        return aggregate(pd.DataFrame(rows))
+
+    flat = lm({("alibi", 1): 3.0, ("alibi", 4): 2.9, ("rope", 1): 3.0, ("rope", 4): 9.0})
+    (line,) = perplexity_checks(flat)
+    assert "**agrees**" in line and "alibi 3.00 → 2.90; rope 3.00 → 9.00" in line
+    (line,) = perplexity_checks(lm({("alibi", 1): 3.0, ("alibi", 4): 6.0, ("rope", 1): 3.0, ("rope", 4): 4.0}))
+    assert "**differs**" in line
+    assert perplexity_checks(lm({("rope", 1): 3.0, ("rope", 4): 4.0})) == []  # no ALiBi: nothing to say
+
+
+def test_perplexity_check_compares_rope_scalings_with_rope_as_trained():
+    rows = []
+    for scaling, ppl in {"none": 9.0, "linear": 12.0, "yarn": 4.0}.items():
+        row = _rows("rope", "lm", 256, [0.0], scaling=scaling)[0]
+        rows.append({**row, "train_length": 64, "perplexity": ppl, "loss": math.log(ppl)})
+    (line,) = perplexity_checks(aggregate(pd.DataFrame(rows)))
+    assert line.startswith("Chen et al. 2023") and "**agrees**" in line
+    assert "as trained 9.00, linear 12.00, yarn 4.00 (best: yarn)" in line
+    rows = [{**row, "perplexity": 20.0} if row["scaling"] == "yarn" else row for row in rows]
+    (line,) = perplexity_checks(aggregate(pd.DataFrame(rows)))
+    assert "**differs**" in line and "(best: linear)" in line
 
 
 def test_doubling_lengths():
@@ -128,3 +176,38 @@ def test_two_compares_writing_at_once_lose_nothing(trained_runs: Path, tmp_path)
     table = pd.read_parquet(out / "extrapolation.parquet")
     assert sorted(set(table["eval_length"])) == [16, 32, 64, 128]  # both commands' rows are there
     assert len(table) == 8 and not table.duplicated(["run", "eval_length"]).any()
+
+
+def test_compare_with_rope_scaling_passkey_depths_and_lm_perplexity(tmp_path):
+    """End to end through the CLI: the extension methods on a rotary checkpoint, passkey rows per depth,
+    lm perplexity figures and the corpus named in the report; non-rotary runs evaluated as trained."""
+    corpus = tmp_path / "texts"
+    corpus.mkdir()
+    for i in range(20):
+        (corpus / f"t{i}.txt").write_text(f"def f{i}(x):\n    return x * {i}\n" * 40)
+    sweep = tmp_path / "sweep"
+    common = [*TINY, f"hydra.sweep.dir={sweep}"]
+    for args in (["encoder=rope,alibi", "task=passkey", "task.min_length=12"],
+                 ["encoder=rope", "task=lm", f"task.corpus={corpus}", "task.pattern=*.txt"]):
+        result = posenc_cli("train", "-m", *common, *args, cwd=tmp_path)  # args override TINY
+        assert result.returncode == 0, result.stderr
+    out = tmp_path / "cmp"
+    result = posenc_cli("compare", "--runs", str(sweep), "--lengths", "16,32", "--rope-scaling", "none,yarn",
+                        "--sequences", "4", "--out", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "note: --rope-scaling applies to rotary encoders only; evaluated as trained: alibi" in result.stderr
+    table = pd.read_parquet(out / "extrapolation.parquet")
+    passkey = table[table["task"] == "passkey"]
+    # rope: 2 scalings x 2 lengths x 5 depths; alibi: as trained only
+    assert len(passkey[passkey["encoder"] == "rope"]) == 20 and len(passkey[passkey["encoder"] == "alibi"]) == 10
+    assert sorted(set(passkey["depth"])) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    yarn = table[table["scaling"] == "yarn"]
+    assert set(yarn["encoder"]) == {"rope"} and list(yarn.groupby("eval_length")["scaling_factor"].first()) == [1, 2]
+    lm = table[table["task"] == "lm"]
+    assert lm["depth"].isna().all() and (lm["perplexity"] > 1).all()
+    for name in ["lm_perplexity.png", "lm_rope_scaling_perplexity.svg", "passkey_exact_match.png",
+                 "passkey_rope_scaling_exact_match.png"]:
+        assert (out / name).stat().st_size > 0, name
+    report = (out / "report.md").read_text()
+    assert "### lm: RoPE context extension at evaluation" in report and "rope +yarn" in report
+    assert "rope @depth 0.5" in report and "Data: " in report and str(corpus) in report

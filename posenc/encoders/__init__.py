@@ -20,13 +20,16 @@ from typing import Any
 from posenc.encoders.absolute import Learned, Sinusoidal
 from posenc.encoders.base import AttentionShape, NoPE, PositionalEncoder
 from posenc.encoders.bias import ALiBi
-from posenc.encoders.rotary import RoPE, RoPENTK, RotaryEncoder, XPos
+from posenc.encoders.learned_bias import FIRE, KerpleLog, T5Bias
+from posenc.encoders.randomized import Randomized
+from posenc.encoders.rotary import RoPE, RoPENTK, RoPEPartial, RotaryEncoder, XPos
 from posenc.errors import ConfigError
 from posenc.options import check_options
 
 __all__ = [
     "ENCODERS", "AttentionShape", "PositionalEncoder", "RotaryEncoder", "build_encoder", "check_encoder_name",
-    "NoPE", "Sinusoidal", "Learned", "ALiBi", "RoPE", "RoPENTK", "XPos",
+    "NoPE", "Sinusoidal", "Learned", "ALiBi", "RoPE", "RoPENTK", "XPos", "RoPEPartial",
+    "T5Bias", "KerpleLog", "FIRE", "Randomized",
 ]  # fmt: skip
 
 #: The registry: key -> encoder class. ``conf/encoder/<key>.yaml`` exists for every key.
@@ -38,6 +41,11 @@ ENCODERS: dict[str, type[PositionalEncoder]] = {
     "rope": RoPE,
     "rope_ntk": RoPENTK,
     "xpos": XPos,
+    "rope_partial": RoPEPartial,
+    "t5": T5Bias,
+    "kerple": KerpleLog,
+    "fire": FIRE,
+    "randomized": Randomized,
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import torch
@@ -10,14 +11,30 @@ from torch import Tensor
 from posenc import functional as F
 from posenc.encoders.base import AttentionShape, PositionalEncoder
 from posenc.errors import ConfigError
+from posenc.functional.rope_scaling import RopeScaling
 
 
 class RotaryEncoder(PositionalEncoder):
-    """Shared validation for encoders that rotate dimension pairs of q and k."""
+    """Shared machinery for encoders that rotate dimension pairs of q and k.
+
+    The first ``rotary_dim`` dimensions of each head are rotated (all of them unless a subclass says
+    otherwise). At evaluation, :meth:`set_rope_scaling` swaps in a RoPE context-extension method
+    (:mod:`posenc.functional.rope_scaling`) without retraining.
+
+    Args:
+        shape: model dimensions; the head dimension must be even.
+        train_length: the longest training sequence (the scaling methods' original context ``L``).
+        base: RoPE frequency base, ``> 1``.
+        rotary_dim: rotated dimensions per head (even, ``<= head_dim``); ``None``: the whole head.
+    """
 
     key: ClassVar[str] = ""  # registry key, for messages
+    #: The scaling in force when none is set (``set_rope_scaling(None)``); ``None``: the trained rotations.
+    default_scaling: ClassVar[RopeScaling | None] = None
 
-    def __init__(self, shape: AttentionShape, train_length: int, base: float) -> None:
+    def __init__(
+        self, shape: AttentionShape, train_length: int, base: float, rotary_dim: int | None = None
+    ) -> None:
         super().__init__(shape, train_length)
         if shape.head_dim % 2:
             raise ConfigError(
@@ -27,38 +44,90 @@ class RotaryEncoder(PositionalEncoder):
         if not base > 1:
             raise ConfigError(f"encoder.base must be > 1, got {base}")
         self.base = base
-        self.register_buffer("inv_freq", F.rope_inv_freq(shape.head_dim, base), persistent=False)
+        self.rotary_dim = shape.head_dim if rotary_dim is None else rotary_dim
+        self.register_buffer("inv_freq", F.rope_inv_freq(self.rotary_dim, base), persistent=False)
+        self._scaling: RopeScaling | None = type(self).default_scaling
         # (query, key) rotation tables per positions tensor: computed once per forward, not per layer.
         # The model reuses one positions tensor per length, so repeated forwards reuse the tables too.
         self._tables: dict[tuple[int, torch.dtype], tuple[Tensor, tuple[Tensor, Tensor]]] = {}
 
+    # -- evaluation-time context extension -------------------------------------------------------------
+
+    @property
+    def rope_scaling(self) -> RopeScaling | None:
+        """The scaling in force (``None``: the rotations as trained)."""
+        return self._scaling
+
+    def set_rope_scaling(self, scaling: RopeScaling | None) -> None:
+        """Rotate under a RoPE extension method from now on; ``None`` restores the trained behaviour.
+
+        For a sequence of ``L'`` tokens the rotated pairs use the method's inverse frequencies (a ``None``
+        factor follows the length, see :meth:`RopeScaling.factor_for`, with ``L`` = ``train_length``) and
+        the rotation tables are multiplied by its attention scale, so rotated ``q`` and ``k`` are each
+        scaled, as Hugging Face scales ``cos``/``sin`` (logits scale by its square). xPos keeps its decay.
+        Meant for evaluating a trained checkpoint; the cached tables are cleared.
+
+        Raises:
+            ConfigError: unknown method, bad factor, or a method that cannot serve this head size.
+        """
+        if scaling is not None:
+            try:  # fail now rather than in the middle of an evaluation
+                scaling.validate().resolve(self.rotary_dim, self.base, self.train_length, self.train_length)
+            except ValueError as err:
+                raise ConfigError(f"encoder '{type(self).key}': {err}") from err
+        self._scaling = type(self).default_scaling if scaling is None else scaling
+        self._tables.clear()
+
+    def scaling_for(self, length: int) -> tuple[Tensor, float]:
+        """``(inv_freq [rotary_dim/2], attention_scale)`` at ``length`` tokens, as the ``inv_freq`` buffer."""
+        if self._scaling is None:
+            return self.inv_freq, 1.0
+        inv_freq, scale = self._scaling.resolve(self.rotary_dim, self.base, self.train_length, length)
+        # Rounded to the trained buffer's dtype: "none" (and NTK at L' <= L) reproduce it bit for bit.
+        return inv_freq.to(dtype=self.inv_freq.dtype, device=self.inv_freq.device), scale
+
+    def inv_freq_for(self, length: int) -> Tensor:
+        """Inverse frequencies used for a sequence of ``length`` tokens, ``[rotary_dim/2]``."""
+        return self.scaling_for(length)[0]
+
+    # -- rotations -------------------------------------------------------------------------------------
+
     def rotations(self, positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """The complex ``(query, key)`` factors ``[s, h_d/2]`` for :func:`posenc.functional.apply_rotation`."""
+        """The complex ``(query, key)`` factors ``[s, rotary_dim/2]`` for ``F.apply_rotation``."""
         rotation = F.rope_rotation(positions, inv_freq, dtype)
         return rotation, rotation
 
-    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        dtype = torch.complex128 if q.dtype == torch.float64 else torch.complex64
+    def rotation_tables(self, positions: Tensor, length: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """:meth:`rotations` under the scaling in force; cached per ``positions`` tensor unless compiling."""
         if torch.compiler.is_compiling():  # the compiler folds the tables into its graph
-            rq, rk = self.rotations(positions, self.inv_freq_for(q.shape[-2]), dtype)
-        else:
-            rq, rk = self._cached_rotations(positions, q.shape[-2], dtype)
+            return self._scaled_rotations(positions, length, dtype)
+        return self._cached_rotations(positions, length, dtype)
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        rq, rk = self.rotation_tables(positions, q.shape[-2], _complex_dtype(q))
         return F.apply_rotation(q, rq), F.apply_rotation(k, rk)
 
-    def inv_freq_for(self, length: int) -> Tensor:
-        """Inverse frequencies used for a sequence of ``length`` tokens, ``[h_d/2]``."""
-        return self.inv_freq
+    def _scaled_rotations(self, positions: Tensor, length: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        inv_freq, scale = self.scaling_for(length)
+        rq, rk = self.rotations(positions, inv_freq, dtype)
+        if scale != 1.0:
+            rq, rk = (rq * scale,) * 2 if rq is rk else (rq * scale, rk * scale)
+        return rq, rk
 
     def _cached_rotations(self, positions: Tensor, length: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         key = (id(positions), dtype)
         hit = self._tables.get(key)
         if hit is not None and hit[0] is positions and hit[1][0].device == self.inv_freq.device:
             return hit[1]
-        tables = self.rotations(positions, self.inv_freq_for(length), dtype)
+        tables = self._scaled_rotations(positions, length, dtype)
         if len(self._tables) >= 8:  # a few lengths at a time (e.g. training + evaluation)
             self._tables.pop(next(iter(self._tables)))
         self._tables[key] = (positions, tables)  # holding `positions` keeps its id unique
         return tables
+
+
+def _complex_dtype(x: Tensor) -> torch.dtype:
+    return torch.complex128 if x.dtype == torch.float64 else torch.complex64
 
 
 class RoPE(RotaryEncoder):
@@ -75,19 +144,60 @@ class RoPENTK(RoPE):
     """RoPE trained as usual; at a length ``L' > L`` (training length) it uses the NTK-aware base.
 
     The base becomes ``base * s**(h_d/(h_d-2))`` with ``s = L'/L`` (see :func:`posenc.functional.ntk_base`),
-    i.e. static NTK-aware scaling chosen per evaluation length. At ``L' <= L`` it is exactly RoPE.
+    i.e. static NTK-aware scaling chosen per evaluation length: RoPE whose default scaling is
+    ``RopeScaling("ntk")`` (factor ``max(1, L'/L)``). At ``L' <= L`` it is exactly RoPE. Another scaling
+    set with :meth:`set_rope_scaling` replaces this default; ``None`` brings it back.
     """
 
     description = "RoPE; past the training length, NTK-aware base rescaling (bloc97 2023)"
     key = "rope_ntk"
+    default_scaling = RopeScaling("ntk")
 
-    def inv_freq_for(self, length: int) -> Tensor:
-        """Inverse frequencies used for a sequence of ``length`` tokens, ``[h_d/2]``."""
-        factor = length / self.train_length
-        if factor <= 1:
-            return self.inv_freq
-        base = F.ntk_base(self.base, self.shape.head_dim, factor)
-        return F.rope_inv_freq(self.shape.head_dim, base, device=self.inv_freq.device)
+
+class RoPEPartial(RotaryEncoder):
+    """Rotary embedding of a fraction of each head's dimensions; the others pass through unchanged.
+
+    GPT-NeoX's ``rotary_pct`` (Black et al. 2022, "GPT-NeoX-20B: An Open-Source Autoregressive Language
+    Model", §2: rotary on the first 25% of each head's dimensions) and GPT-J's ``rotary_dim`` (64 of 256).
+    The first ``rotary_dim = floor(fraction * head_dim)`` dimensions are rotated, as GPT-NeoX's
+    ``int(head_size * rotary_pct)`` and Hugging Face's
+    ``int(head_dim * partial_rotary_factor)``; it must be even and ``>= 2``. Their frequencies span the
+    rotated dims, ``base**(-2j/rotary_dim)`` (GPT-NeoX convention), so they still range from 1 down to about
+    ``1/base``. Barbero et al. 2024 ("Round and Round We Go! What makes Rotary Positional Encodings
+    useful?", arXiv 2410.06205) propose p-RoPE, which instead keeps the *lowest* frequencies of the full
+    spectrum out (``base**(-2j/head_dim)`` for the first pairs only, Hugging Face's "proportional" RoPE);
+    with the same fraction both leave ``head_dim - rotary_dim`` position-free "semantic" channels.
+
+    Scaling methods (:meth:`set_rope_scaling`) act on the rotated dims, with ``head_dim = rotary_dim``.
+    """
+
+    description = "RoPE on a fraction of each head's dims, the rest unrotated (GPT-NeoX 2022)"
+    key = "rope_partial"
+
+    def __init__(
+        self, shape: AttentionShape, train_length: int, *, fraction: float = 0.25, base: float = 10000.0
+    ) -> None:
+        if not 0 < fraction <= 1:
+            raise ConfigError(f"encoder.fraction must be in (0, 1], got {fraction}")
+        rotary_dim = math.floor(fraction * shape.head_dim + 1e-9)  # 0.29 * 100 is 28.999999999999996
+        if shape.head_dim % 2 == 0 and (rotary_dim < 2 or rotary_dim % 2):
+            raise ConfigError(
+                f"encoder.fraction={fraction} rotates floor({fraction} * head_dim {shape.head_dim}) = "
+                f"{rotary_dim} dimensions; rope_partial needs an even number >= 2"
+            )
+        super().__init__(shape, train_length, base, rotary_dim=rotary_dim)
+        self.fraction = fraction
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        rq, rk = self.rotation_tables(positions, q.shape[-2], _complex_dtype(q))
+        r = self.rotary_dim
+        if r == q.shape[-1]:
+            return F.apply_rotation(q, rq), F.apply_rotation(k, rk)
+        # q[..., :r] of a (possibly strided) q is still pair-aligned, so apply_rotation needs no copy.
+        return (
+            torch.cat((F.apply_rotation(q[..., :r], rq), q[..., r:]), dim=-1),
+            torch.cat((F.apply_rotation(k[..., :r], rk), k[..., r:]), dim=-1),
+        )
 
 
 class XPos(RotaryEncoder):
@@ -112,4 +222,5 @@ class XPos(RotaryEncoder):
         self.scale_base = scale_base
 
     def rotations(self, positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """RoPE rotations at ``inv_freq`` (scaled, if a scaling is set) times xPos's unchanged decay."""
         return F.xpos_rotations(positions, inv_freq, self.shape.head_dim, self.gamma, self.scale_base, dtype)

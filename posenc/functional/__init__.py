@@ -17,6 +17,16 @@ from posenc.functional.bias import (
     alibi_slopes,
     alibi_bias,
 )
+from posenc.functional.learned_bias import (
+    t5_relative_bucket,
+    t5_bias,
+    kerple_log_bias,
+    fire_psi,
+    fire_normalized_distance,
+    fire_mlp,
+    fire_bias,
+    randomized_positions,
+)
 from posenc.functional.rotary import (
     rope_inv_freq,
     ntk_base,
@@ -28,11 +38,29 @@ from posenc.functional.rotary import (
     apply_xpos,
     xpos_rotations,
 )
+from posenc.functional.rope_scaling import (
+    none_scaling,
+    linear_scaling,
+    ntk_scaling,
+    dynamic_ntk_scaling,
+    yarn_scaling,
+    llama3_scaling,
+    ROPE_SCALING,
+    RopeScaling,
+)
 
 __all__ = [
     "sinusoidal_table",
     "alibi_slopes",
     "alibi_bias",
+    "t5_relative_bucket",
+    "t5_bias",
+    "kerple_log_bias",
+    "fire_psi",
+    "fire_normalized_distance",
+    "fire_mlp",
+    "fire_bias",
+    "randomized_positions",
     "rope_inv_freq",
     "ntk_base",
     "rope_angles",
@@ -42,4 +70,12 @@ __all__ = [
     "xpos_zeta",
     "apply_xpos",
     "xpos_rotations",
+    "none_scaling",
+    "linear_scaling",
+    "ntk_scaling",
+    "dynamic_ntk_scaling",
+    "yarn_scaling",
+    "llama3_scaling",
+    "ROPE_SCALING",
+    "RopeScaling",
 ]

@@ -1,53 +1,12 @@
-"""Synthetic tasks, generated on the fly at any length and deterministic from a ``torch.Generator``.
-
-A task of length ``L`` is a batch of ``L + 1`` token sequences: the model reads the first ``L`` tokens and
-predicts the next token at each position. Loss and metrics count only the *answer* tokens. Because
-metrics are computed with teacher forcing, a sequence's exact match (every answer token's argmax is
-right) is the same as greedy decoding's exact match.
-"""
+"""Symbol tasks: copy, reverse and multi-query associative recall."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from posenc.errors import ConfigError
-from posenc.options import check_options
-
-BOS, SEP = 0, 1  # special tokens shared by all tasks; data tokens start at 2
-
-
-@dataclass
-class Batch:
-    inputs: Tensor  # [b, s] token ids the model reads
-    targets: Tensor  # [b, s] next-token targets
-    mask: Tensor  # [b, s] bool, True on answer tokens (the only ones scored)
-
-    def to(self, device: torch.device | str) -> Batch:
-        return Batch(self.inputs.to(device), self.targets.to(device), self.mask.to(device))
-
-
-class Task:
-    """A sequence family; subclasses define the vocabulary and :meth:`sequences`."""
-
-    key: ClassVar[str]
-    description: ClassVar[str]
-    min_length: ClassVar[int]  # shortest length with at least one answer token
-    vocab_size: int
-
-    def sequences(self, batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """Full token sequences ``[b, length + 1]`` and their answer mask ``[b, length + 1]``."""
-        raise NotImplementedError
-
-    def sample(self, batch_size: int, length: int, generator: torch.Generator) -> Batch:
-        """A batch of ``batch_size`` sequences the model reads at exactly ``length`` positions."""
-        if length < self.min_length:
-            raise ConfigError(f"task '{self.key}' needs a length of at least {self.min_length}, got {length}")
-        tokens, answer = self.sequences(batch_size, length, generator)
-        return Batch(tokens[:, :-1], tokens[:, 1:], answer[:, 1:])
+from posenc.tasks.base import BOS, SEP, Task
 
 
 class Copy(Task):
@@ -63,16 +22,30 @@ class Copy(Task):
         self.n_symbols = n_symbols
         self.vocab_size = 2 + n_symbols
 
+    def _answer(self, symbols: Tensor) -> Tensor:
+        """What follows the separator, given the symbols ``[b, n]``."""
+        return symbols
+
     def sequences(self, batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         n = (length - 1) // 2
         pad = length - 2 * n  # leading BOS tokens, 1 or 2, so the total is length + 1
         symbols = 2 + torch.randint(self.n_symbols, (batch_size, n), generator=generator)
         head = torch.full((batch_size, pad), BOS)
         sep = torch.full((batch_size, 1), SEP)
-        tokens = torch.cat((head, symbols, sep, symbols), dim=1)  # [b, length + 1]
+        tokens = torch.cat((head, symbols, sep, self._answer(symbols)), dim=1)  # [b, length + 1]
         answer = torch.zeros_like(tokens, dtype=torch.bool)
         answer[:, pad + n + 1 :] = True
         return tokens, answer
+
+
+class Reverse(Copy):
+    """``BOS.. x_1..x_n SEP x_n..x_1``: the symbols in reverse order after the separator (layout as copy)."""
+
+    key = "reverse"
+    description = "repeat a random symbol string backwards after a separator"
+
+    def _answer(self, symbols: Tensor) -> Tensor:
+        return symbols.flip(1)
 
 
 class Retrieval(Task):
@@ -111,19 +84,3 @@ class Retrieval(Task):
         answer = torch.zeros_like(tokens, dtype=torch.bool)
         answer[:, pad + 2 * k + 2 :: 2] = True  # the value after each query
         return tokens, answer
-
-
-#: The registry: key -> task class. ``conf/task/<key>.yaml`` exists for every key.
-TASKS: dict[str, type[Task]] = {"copy": Copy, "retrieval": Retrieval}
-
-
-def check_task_name(name: str) -> None:
-    if name not in TASKS:
-        raise ConfigError(f"unknown task '{name}'; known tasks: {', '.join(TASKS)}")
-
-
-def build_task(name: str, options: dict[str, Any] | None = None) -> Task:
-    """Build task ``name``; unknown names or options raise :class:`ConfigError`."""
-    check_task_name(name)
-    cls = TASKS[name]
-    return cls(**check_options("task", name, cls, options or {}))

@@ -1,0 +1,166 @@
+"""Learned attention-score biases: T5 buckets, KERPLE (log), FIRE.
+
+Each is one module shared by all layers (the model injects one encoder), trained by backpropagation
+through the model's bias attention. Parameters are plain ``nn.Parameter`` tensors, not ``nn.Linear`` /
+``nn.Embedding`` modules, so the model's weight initialisation (which re-initialises those module types)
+leaves the initialisations documented here alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from posenc import functional as F
+from posenc.encoders.base import AttentionShape, PositionalEncoder
+from posenc.errors import ConfigError
+
+
+def _captured(param: Tensor) -> Tensor:
+    """``param`` as a FlexAttention ``score_mod`` captures it: attached to autograd only where that can work.
+
+    FlexAttention has no backward on CPU, and compiling a CPU kernel whose captured tensors require grad
+    fails even when nothing needs a gradient; on CPU, or with autograd off, the score_mod gets a detached
+    view (same values). On GPU in a training step the parameter stays attached, so it trains through flex.
+    """
+    return param if torch.is_grad_enabled() and param.device.type != "cpu" else param.detach()
+
+
+class T5Bias(PositionalEncoder):
+    """T5 relative position bias (Raffel et al. 2020, §2.1): a learned scalar per (distance bucket, head).
+
+    Causal (unidirectional) bucketing, :func:`posenc.functional.t5_relative_bucket`: ``num_buckets / 2``
+    exact distances, then logarithmic buckets up to ``max_distance``; all longer distances share the last
+    bucket, so any length can be encoded. The table ``[num_buckets, n_heads]`` is initialised
+    ``N(0, d_model**-0.5)`` as in Hugging Face's ``T5PreTrainedModel`` (factor 1).
+    """
+
+    description = "learned bias per log-bucketed distance and head (Raffel et al. 2020)"
+    has_score_bias = True
+
+    def __init__(
+        self, shape: AttentionShape, train_length: int, *, num_buckets: int = 32, max_distance: int = 128
+    ) -> None:
+        super().__init__(shape, train_length)
+        if num_buckets < 2 or max_distance <= num_buckets // 2:
+            raise ConfigError(
+                f"t5 needs num_buckets >= 2 and max_distance > num_buckets / 2, "
+                f"got {num_buckets}, {max_distance}"
+            )
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.table = nn.Parameter(torch.randn(num_buckets, shape.n_heads) * shape.d_model**-0.5)
+
+    def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+        return F.t5_bias(self.table, q_positions, k_positions, self.max_distance)  # [n_h, s_q, s_k]
+
+    def score_mod(self) -> Callable[..., Tensor]:
+        table, num_buckets, max_distance = _captured(self.table), self.num_buckets, self.max_distance
+
+        def t5(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            bucket = F.t5_relative_bucket(kv_idx - q_idx, num_buckets, max_distance)
+            return score + table[bucket, h].to(score.dtype)
+
+        return t5
+
+
+class KerpleLog(PositionalEncoder):
+    """KERPLE, logarithmic variant (Chi et al. 2022): score bias ``-r1_h * log(1 + r2_h * |i - j|)``.
+
+    As in the authors' reference code (github.com/chijames/KERPLE, ``ParallelKerpleLog``): ``r1 ~ U(0, 2)``
+    and ``r2 ~ U(0, 1)`` per head at initialisation, and both are kept positive by clamping their values
+    to ``>= eps = 0.01`` before every use (a projection: the stored parameters are clamped in place, so
+    the optimizer continues from the clamped values, and gradients pass unchanged at the bound).
+    """
+
+    description = "learned logarithmic distance penalty per head (Chi et al. 2022, KERPLE)"
+    has_score_bias = True
+    eps = 1e-2  # lower bound of r1 and r2, the reference code's
+
+    def __init__(self, shape: AttentionShape, train_length: int) -> None:
+        super().__init__(shape, train_length)
+        self.r1 = nn.Parameter(torch.rand(shape.n_heads) * 2)
+        self.r2 = nn.Parameter(torch.rand(shape.n_heads))
+
+    def positive_parameters(self) -> tuple[Tensor, Tensor]:
+        """``(r1, r2)`` ``[n_h]`` each, clamped to ``>= eps`` (projected in place, outside compilation)."""
+        if not torch.compiler.is_compiling():
+            # `.data`: no autograd version bump; the reference code's projection. Idempotent, so calling it
+            # once per layer and query block changes nothing after the first.
+            self.r1.data.clamp_(min=self.eps)
+            self.r2.data.clamp_(min=self.eps)
+        return self.r1.clamp(min=self.eps), self.r2.clamp(min=self.eps)
+
+    def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+        r1, r2 = self.positive_parameters()
+        return F.kerple_log_bias(r1, r2, q_positions, k_positions)  # [n_h, s_q, s_k]
+
+    def score_mod(self) -> Callable[..., Tensor]:
+        r1, r2 = map(_captured, self.positive_parameters())
+
+        def kerple_log(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            distance = (q_idx - kv_idx).abs().to(r1.dtype)
+            return score - (r1[h] * torch.log1p(r2[h] * distance)).to(score.dtype)
+
+        return kerple_log
+
+
+class FIRE(PositionalEncoder):
+    """FIRE (Li et al. 2024): score bias ``f_theta(psi(i - j) / psi(max(L, i)))``, ``psi(x) = log(|cx| + 1)``.
+
+    ``f_theta`` maps the normalised distance (in ``[0, 1]`` for causal pairs) to one bias per head through
+    one hidden ReLU layer of ``mlp_width`` units. Defaults and parameterisation follow the paper's reference
+    code (its appendix): ``c`` learned, initialised to ``init_c = 0.1``; ``L = |s * init_threshold|`` with
+    a learned multiplier ``s`` (initialised 1) and ``init_threshold = 512``; MLP initialised like
+    ``nn.Linear`` (``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weights and biases); ``eps = 1e-6``.
+
+    The MLP is evaluated at every (query, key) pair: ``s_q * s_k * mlp_width`` floats, so long sequences are
+    processed ``FIRE_CHUNK_ELEMENTS`` at a time. No FlexAttention form (an MLP per score); long sequences use
+    the model's query blocks.
+    """
+
+    description = "learned MLP of log-normalised distance, progressive interpolation (Li et al. 2024)"
+    has_score_bias = True
+    eps = 1e-6
+    FIRE_CHUNK_ELEMENTS = 1 << 24  # hidden activations computed at once (64 MiB in fp32)
+
+    def __init__(
+        self,
+        shape: AttentionShape,
+        train_length: int,
+        *,
+        mlp_width: int = 32,
+        init_c: float = 0.1,
+        init_threshold: float = 512.0,
+    ) -> None:
+        super().__init__(shape, train_length)
+        if mlp_width < 1 or not init_c > 0 or not init_threshold > 0:
+            raise ConfigError(
+                f"fire needs mlp_width >= 1, init_c > 0 and init_threshold > 0, "
+                f"got {mlp_width}, {init_c}, {init_threshold}"
+            )
+        self.init_threshold = init_threshold
+        self.c = nn.Parameter(torch.tensor(init_c))
+        self.threshold_scale = nn.Parameter(torch.tensor(1.0))
+        bound2 = 1 / math.sqrt(mlp_width)
+        self.w1 = nn.Parameter(torch.empty(mlp_width, 1).uniform_(-1.0, 1.0))  # fan_in 1
+        self.b1 = nn.Parameter(torch.empty(mlp_width).uniform_(-1.0, 1.0))
+        self.w2 = nn.Parameter(torch.empty(shape.n_heads, mlp_width).uniform_(-bound2, bound2))
+        self.b2 = nn.Parameter(torch.empty(shape.n_heads).uniform_(-bound2, bound2))
+
+    @property
+    def threshold(self) -> Tensor:
+        """The current ``L`` (0-dim)."""
+        return (self.threshold_scale * self.init_threshold).abs()
+
+    def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
+        params = (self.c, self.threshold, self.w1, self.b1, self.w2, self.b2)
+        rows = max(1, self.FIRE_CHUNK_ELEMENTS // max(1, k_positions.numel() * self.w1.shape[0]))
+        chunks = [
+            F.fire_bias(q_positions[start : start + rows], k_positions, *params, eps=self.eps)
+            for start in range(0, q_positions.numel(), rows)
+        ]
+        return chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=1)  # [n_h, s_q, s_k]

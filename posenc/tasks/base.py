@@ -1,0 +1,69 @@
+"""The task interface: token conventions, :class:`Batch` and the :class:`Task` base class."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from posenc.errors import ConfigError
+
+BOS, SEP = 0, 1  # special tokens shared by all tasks; data tokens start at 2
+
+
+@dataclass
+class Batch:
+    inputs: Tensor  # [b, s] token ids the model reads
+    targets: Tensor  # [b, s] next-token targets
+    mask: Tensor  # [b, s] bool, True on answer tokens (the only ones scored)
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(self.inputs.to(device), self.targets.to(device), self.mask.to(device))
+
+
+class Task:
+    """A sequence family; subclasses define the vocabulary and :meth:`sequences`.
+
+    Evaluation hooks: :meth:`for_evaluation` (the task evaluation samples from, e.g. held-out text) and,
+    for tasks whose difficulty depends on where the information sits, :attr:`eval_depths` with
+    :meth:`at_depth` (one evaluation row per depth).
+    """
+
+    key: ClassVar[str]
+    description: ClassVar[str]
+    #: Shortest length with at least one answer token; a class attribute, or set per instance where an
+    #: option changes it (passkey's ``key_length``).
+    min_length: int
+    vocab_size: int
+    #: Relative depths evaluation reports separately (see :meth:`at_depth`); empty: no depth axis.
+    eval_depths: ClassVar[tuple[float, ...]] = ()
+    #: The metrics tables and figures show for this task, most important first.
+    report_metrics: ClassVar[tuple[str, ...]] = ("exact_match", "token_accuracy", "loss")
+
+    def sequences(self, batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Full token sequences ``[b, length + 1]`` and their answer mask ``[b, length + 1]``."""
+        raise NotImplementedError
+
+    def sample(self, batch_size: int, length: int, generator: torch.Generator) -> Batch:
+        """A batch of ``batch_size`` sequences the model reads at exactly ``length`` positions."""
+        if length < self.min_length:
+            raise ConfigError(f"task '{self.key}' needs a length of at least {self.min_length}, got {length}")
+        tokens, answer = self.sequences(batch_size, length, generator)
+        return Batch(tokens[:, :-1], tokens[:, 1:], answer[:, 1:])
+
+    def describe_data(self) -> str:
+        """One line naming the data this task reads where it comes from outside posenc (``lm``'s corpus),
+        for logs and reports; empty for generated tasks."""
+        return ""
+
+    def for_evaluation(self) -> Task:
+        """The task evaluation samples from: ``self``, or a held-out split (``lm``) so that evaluation never
+        scores training data."""
+        return self
+
+    def at_depth(self, depth: float) -> Task:
+        """A copy of this task with its information fixed at relative ``depth`` (tasks listing
+        :attr:`eval_depths`); others raise :class:`ConfigError`."""
+        raise ConfigError(f"task '{self.key}' has no depth to fix (it lists no eval_depths)")

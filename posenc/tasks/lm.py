@@ -1,0 +1,198 @@
+"""Byte-level language modelling on a local text corpus: perplexity against length, as in ALiBi's
+(Press et al. 2022) extrapolation measurement.
+
+**The default corpus is Python's own standard library** (``*.py`` under ``sysconfig.get_paths()["stdlib"]``,
+without ``site-packages``, ``dist-packages`` and test folders): real, structured text that every machine
+running posenc already has, with long-range structure (indentation, names defined far above). Its content
+depends on the Python version, so **numbers are comparable only between runs on the same stdlib**:
+:meth:`LanguageModelling.describe_data` names the text used (file count, bytes, sha256 prefix).
+``task.corpus=FOLDER`` (with ``task.pattern``) uses any folder of text files instead.
+
+Files are taken in a fixed pseudo-random order (sha256 of the relative path) until ``max_bytes``, so a cap
+samples the whole library rather than its alphabetical start. A file is held out for evaluation by its path
+alone (another, independent part of the same hash below ``eval_fraction``); if that holds out none or all
+of the loaded files, the one with the lowest (highest) hash moves. A one-file corpus holds out its last
+``eval_fraction`` of bytes. Each split is its files' bytes concatenated; a window may span two files.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import hashlib
+import os
+import platform
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from posenc.errors import ConfigError
+from posenc.tasks.base import Task
+
+#: Folders skipped in the stdlib default (installed packages and the test suites).
+STDLIB_SKIP = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"})
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A loaded corpus: its two splits as byte tensors and what they were made of."""
+
+    root: str
+    pattern: str
+    files: tuple[str, ...]  # relative paths, in load order
+    held_out: tuple[str, ...]  # the evaluation split's files (a one-file corpus: that file, its tail)
+    train: Tensor  # uint8 [n_train]
+    eval: Tensor  # uint8 [n_eval]
+    sha256: str  # of both splits' bytes
+    stdlib: bool
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "corpus": f"Python {platform.python_version()} stdlib" if self.stdlib else self.root,
+            "root": self.root, "pattern": self.pattern, "files": len(self.files),
+            "bytes": int(self.train.numel() + self.eval.numel()), "eval_files": len(self.held_out),
+            "train_bytes": int(self.train.numel()), "eval_bytes": int(self.eval.numel()),
+            "sha256": self.sha256,
+        }  # fmt: skip
+
+
+_CORPORA: dict[tuple[str, str, int, float], Corpus] = {}  # loaded once per process
+
+
+def _hash_parts(relative: str) -> tuple[int, float]:
+    """(load-order key, split value in [0, 1)) from two independent halves of sha256(relative path)."""
+    digest = hashlib.sha256(relative.encode()).digest()
+    return int.from_bytes(digest[:8], "big"), int.from_bytes(digest[8:16], "big") / 2**64
+
+
+def _list_files(root: Path, pattern: str, skip: frozenset[str]) -> list[str]:
+    found = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in skip)
+        rel = Path(folder).relative_to(root)
+        found += [(rel / name).as_posix() for name in names if fnmatch.fnmatch(name, pattern)]
+    return sorted(found)
+
+
+def load_corpus(corpus: str, pattern: str, max_bytes: int, eval_fraction: float) -> Corpus:
+    """The corpus these options describe, read once per process (see the module docstring)."""
+    stdlib = corpus == ""
+    root = Path(sysconfig.get_paths()["stdlib"] if stdlib else corpus).expanduser().resolve()
+    cache_key = (str(root), pattern, max_bytes, eval_fraction)
+    if cache_key in _CORPORA:
+        return _CORPORA[cache_key]
+    if not root.is_dir():
+        raise ConfigError(f"task.corpus: folder {root} does not exist")
+    names = _list_files(root, pattern, STDLIB_SKIP if stdlib else frozenset({"__pycache__"}))
+    if not names:
+        raise ConfigError(f"task.corpus: no files match '{pattern}' under {root}")
+    chunks: list[tuple[str, bytes]] = []
+    total = 0
+    for name in sorted(names, key=lambda n: _hash_parts(n)[0]):
+        if total >= max_bytes:
+            break
+        data = (root / name).read_bytes()[: max_bytes - total]
+        if data:
+            chunks.append((name, data))
+            total += len(data)
+    if total == 0:
+        raise ConfigError(f"task.corpus: the {len(names)} files matching '{pattern}' under {root} are empty")
+    if len(chunks) == 1:
+        name, data = chunks[0]
+        cut = round(len(data) * (1 - eval_fraction))
+        train_bytes, eval_bytes, held = data[:cut], data[cut:], (name,)
+    else:
+        split = {name: _hash_parts(name)[1] for name, _ in chunks}
+        held_set = {name for name in split if split[name] < eval_fraction}
+        if not held_set:
+            held_set = {min(split, key=split.__getitem__)}
+        elif len(held_set) == len(split):
+            held_set.remove(max(split, key=split.__getitem__))
+        train_bytes = b"".join(data for name, data in chunks if name not in held_set)
+        eval_bytes = b"".join(data for name, data in chunks if name in held_set)
+        held = tuple(name for name, _ in chunks if name in held_set)
+    digest = hashlib.sha256(train_bytes + b"\0posenc-eval\0" + eval_bytes).hexdigest()
+    loaded = Corpus(
+        root=str(root), pattern=pattern, files=tuple(name for name, _ in chunks), held_out=held,
+        train=torch.frombuffer(bytearray(train_bytes), dtype=torch.uint8),
+        eval=torch.frombuffer(bytearray(eval_bytes), dtype=torch.uint8),
+        sha256=digest[:12], stdlib=stdlib,
+    )  # fmt: skip
+    _CORPORA[cache_key] = loaded
+    return loaded
+
+
+class LanguageModelling(Task):
+    """Next-byte prediction on windows of ``length + 1`` bytes (token = 2 + byte); every prediction scores.
+
+    Windows start uniformly at random in the split (training: the training files; :meth:`for_evaluation`:
+    the held-out files). See the module docstring for the corpus.
+    """
+
+    key = "lm"
+    description = "byte-level language modelling on local text (default: Python's stdlib sources)"
+    min_length = 1
+    vocab_size = 2 + 256
+    report_metrics = ("perplexity", "token_accuracy", "loss")
+
+    def __init__(
+        self,
+        *,
+        corpus: str = "",
+        pattern: str = "*.py",
+        max_bytes: int = 8_000_000,
+        eval_fraction: float = 0.1,
+    ) -> None:
+        """
+        Args:
+            corpus: a folder of text files; empty: Python's standard library.
+            pattern: file-name pattern (fnmatch) of the files to read, in all subfolders.
+            max_bytes: at most this many bytes are read (both splits together).
+            eval_fraction: share of files held out for evaluation, in (0, 1).
+        """
+        if max_bytes < 2:
+            raise ConfigError(f"task.max_bytes must be >= 2, got {max_bytes}")
+        if not 0 < eval_fraction < 1:
+            raise ConfigError(f"task.eval_fraction must be in (0, 1), got {eval_fraction}")
+        if not pattern:
+            raise ConfigError("task.pattern must not be empty (e.g. '*.py' or '*.txt')")
+        self.corpus = load_corpus(corpus, pattern, max_bytes, eval_fraction)
+        self.split = "train"
+
+    def for_evaluation(self) -> LanguageModelling:
+        """This task on the held-out files."""
+        held = copy.copy(self)
+        held.split = "eval"
+        return held
+
+    def corpus_info(self) -> dict[str, Any]:
+        """What text this task reads: corpus, root, pattern, files, bytes, split sizes and a sha256 prefix."""
+        return self.corpus.info()
+
+    def describe_data(self) -> str:
+        """One line for reports, e.g. ``Python 3.11.7 stdlib (*.py): 506 files, 8,000,000 bytes ...``."""
+        i = self.corpus_info()
+        return (
+            f"{i['corpus']} ({i['pattern']}): {i['files']} files, {i['bytes']:,} bytes "
+            f"({i['eval_files']} files, {i['eval_bytes']:,} bytes held out), sha256 {i['sha256']}"
+        )
+
+    def sequences(self, batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        data = self.corpus.train if self.split == "train" else self.corpus.eval
+        window = length + 1
+        if data.numel() < window:
+            split = "training" if self.split == "train" else "held-out"
+            raise ConfigError(
+                f"task 'lm': the {split} split of the corpus has "
+                f"{data.numel():,} bytes, fewer than a window at length {length} needs ({window:,}); "
+                "use a larger corpus or task.max_bytes"
+            )
+        starts = torch.randint(data.numel() - window + 1, (batch_size, 1), generator=generator)
+        tokens = 2 + data[starts + torch.arange(window)].long()  # [b, length + 1]
+        answer = torch.ones_like(tokens, dtype=torch.bool)
+        answer[:, 0] = False  # nothing predicts the first byte
+        return tokens, answer

@@ -1,0 +1,171 @@
+"""The learned-bias encoders t5, kerple and fire: wrappers of the formulas, learned through the model."""
+
+import math
+
+import pytest
+import torch
+
+from posenc import functional as F
+from posenc.encoders import ENCODERS, FIRE, AttentionShape, KerpleLog, T5Bias, build_encoder
+from posenc.errors import ConfigError
+from posenc.model import ModelConfig, Transformer
+
+SHAPE = AttentionShape(d_model=32, n_heads=4)
+LEARNED_BIAS = ["t5", "kerple", "fire"]
+
+
+def test_registered_as_score_bias_encoders():
+    assert (ENCODERS["t5"], ENCODERS["kerple"], ENCODERS["fire"]) == (T5Bias, KerpleLog, FIRE)
+    for name in LEARNED_BIAS:
+        encoder = build_encoder(name, SHAPE, 16)
+        assert encoder.has_score_bias
+        assert any(p.requires_grad for p in encoder.parameters())
+
+
+@pytest.mark.parametrize("name", LEARNED_BIAS)
+def test_score_bias_has_the_parameters_dtype(name):
+    encoder = build_encoder(name, SHAPE, 16)
+    pos = torch.arange(12)
+    assert encoder.score_bias(pos[4:], pos).dtype == torch.float32
+    assert encoder.double().score_bias(pos[4:], pos).dtype == torch.float64
+    assert encoder.score_bias(pos[4:], pos).shape == (4, 8, 12)
+
+
+def test_only_fire_has_no_flex_attention_form():
+    assert build_encoder("t5", SHAPE, 16).score_mod() is not None
+    assert build_encoder("kerple", SHAPE, 16).score_mod() is not None
+    assert build_encoder("fire", SHAPE, 16).score_mod() is None
+
+
+# --- t5 ------------------------------------------------------------------------------------------------
+
+
+def test_t5_bias_is_the_table_at_the_causal_bucket_and_depends_only_on_i_minus_j():
+    encoder = build_encoder("t5", SHAPE, 16, {"num_buckets": 16, "max_distance": 64})
+    assert encoder.table.shape == (16, 4)
+    pos = torch.arange(300)
+    bias = encoder.score_bias(pos[200:], pos)
+    torch.testing.assert_close(bias, F.t5_bias(encoder.table, pos[200:], pos, max_distance=64))
+    torch.testing.assert_close(encoder.score_bias(pos[200:] + 50, pos + 50), bias)
+    torch.testing.assert_close(bias[:, 99, 299 - 64], encoder.table[15])  # beyond max_distance: last bucket
+
+
+def test_t5_options_are_checked():
+    with pytest.raises(ConfigError, match="max_distance"):
+        build_encoder("t5", SHAPE, 16, {"num_buckets": 32, "max_distance": 8})
+    with pytest.raises(ConfigError, match="must be of type int"):
+        build_encoder("t5", SHAPE, 16, {"num_buckets": 32.5})
+
+
+# --- kerple --------------------------------------------------------------------------------------------
+
+
+def test_kerple_initialisation_follows_the_reference_code():
+    torch.manual_seed(0)
+    encoder = build_encoder("kerple", AttentionShape(d_model=512, n_heads=256), 16)
+    assert encoder.r1.shape == encoder.r2.shape == (256,)
+    assert 0 <= encoder.r1.min() and encoder.r1.max() <= 2 and encoder.r1.max() > 1.5  # U(0, 2)
+    assert 0 <= encoder.r2.min() and encoder.r2.max() <= 1 and encoder.r2.max() > 0.9  # U(0, 1)
+
+
+def test_kerple_bias_by_hand_and_monotone_in_distance():
+    encoder = build_encoder("kerple", AttentionShape(d_model=8, n_heads=2), 16)
+    with torch.no_grad():
+        encoder.r1.copy_(torch.tensor([1.0, 0.5]))
+        encoder.r2.copy_(torch.tensor([2.0, 0.25]))
+    bias = encoder.score_bias(torch.tensor([5]), torch.arange(6))  # distances 5, 4, ..., 0
+    expected = torch.stack([-torch.log1p(2.0 * torch.arange(5.0, -1, -1)),
+                            -0.5 * torch.log1p(0.25 * torch.arange(5.0, -1, -1))])  # fmt: skip
+    torch.testing.assert_close(bias[:, 0], expected)
+    assert (bias[:, 0, 1:] >= bias[:, 0, :-1]).all()  # closer keys never get a smaller bias
+
+
+def test_kerple_keeps_its_parameters_positive_by_clamping_like_the_reference():
+    encoder = build_encoder("kerple", AttentionShape(d_model=8, n_heads=2), 16)
+    with torch.no_grad():
+        encoder.r1.copy_(torch.tensor([-1.0, 0.5]))
+        encoder.r2.copy_(torch.tensor([0.3, -2.0]))
+    bias = encoder.score_bias(torch.arange(10), torch.arange(10))
+    assert torch.equal(encoder.r1.detach(), torch.tensor([0.01, 0.5]))  # projected in place
+    assert torch.equal(encoder.r2.detach(), torch.tensor([0.3, 0.01]))
+    torch.testing.assert_close(bias, F.kerple_log_bias(encoder.r1.detach(), encoder.r2.detach(),
+                                                       torch.arange(10), torch.arange(10)))  # fmt: skip
+    bias.sum().backward()
+    assert (encoder.r1.grad != 0).all() and (encoder.r2.grad != 0).all()  # also at the bound
+
+
+# --- fire ----------------------------------------------------------------------------------------------
+
+
+def test_fire_defaults_follow_the_paper():
+    encoder = build_encoder("fire", SHAPE, 16)
+    assert encoder.c.item() == pytest.approx(0.1)
+    assert encoder.threshold.item() == pytest.approx(512.0)
+    assert encoder.w1.shape == (32, 1) and encoder.w2.shape == (4, 32)
+
+
+def test_fire_bias_is_the_formula_and_normalises_by_max_of_threshold_and_query():
+    encoder = build_encoder("fire", SHAPE, 16, {"init_threshold": 8.0, "init_c": 1.0}).double()
+    pos = torch.arange(40)
+    bias = encoder.score_bias(pos, pos)
+    params = (encoder.c, encoder.threshold, encoder.w1, encoder.b1, encoder.w2, encoder.b2)
+    torch.testing.assert_close(bias, F.fire_bias(pos, pos, *params))
+    # below L = 8 the same distance gives the same bias (normaliser psi(L)); beyond, it depends on i
+    torch.testing.assert_close(bias[:, 3, 1], bias[:, 7, 5])
+    assert not torch.allclose(bias[:, 20, 18], bias[:, 30, 28])
+    x = F.fire_normalized_distance(torch.tensor([3, 30]), torch.tensor([0, 0]), encoder.c, encoder.threshold)
+    assert x[0, 0].item() == pytest.approx(math.log1p(3.0) / math.log1p(8.0))
+    assert x[1, 1].item() == pytest.approx(1.0)
+
+
+def test_fire_chunks_long_sequences_without_changing_the_bias(monkeypatch):
+    encoder = build_encoder("fire", SHAPE, 16, {"init_threshold": 4.0})
+    pos = torch.arange(100)
+    whole = encoder.score_bias(pos[37:], pos)
+    monkeypatch.setattr(FIRE, "FIRE_CHUNK_ELEMENTS", 100 * 32 * 5)  # 5 query rows at a time
+    torch.testing.assert_close(encoder.score_bias(pos[37:], pos), whole)
+
+
+def test_fire_options_are_checked():
+    with pytest.raises(ConfigError, match="fire needs"):
+        build_encoder("fire", SHAPE, 16, {"init_threshold": 0.0})
+
+
+# --- through the model ---------------------------------------------------------------------------------
+
+
+def _model(name: str, **cfg) -> Transformer:
+    torch.manual_seed(0)
+    model_cfg = ModelConfig(vocab_size=12, d_model=32, n_layers=2, n_heads=4, d_mlp=64, **cfg)
+    return Transformer(model_cfg, build_encoder(name, model_cfg.shape, 32))
+
+
+@pytest.mark.parametrize("name", LEARNED_BIAS)
+def test_gradients_reach_every_encoder_parameter_through_the_model(name):
+    model = _model(name, attention="blocked")
+    tokens = torch.randint(0, 12, (3, 24))
+    loss = torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten())
+    loss.backward()
+    for pname, p in model.encoder.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), pname
+        if name == "t5":  # distances <= 23 use buckets 0..18 only
+            assert (p.grad[:19] != 0).any(dim=1).all() and (p.grad[19:] == 0).all()
+        else:
+            assert p.grad.abs().sum() > 0, pname
+
+
+@pytest.mark.parametrize("name", LEARNED_BIAS)
+def test_a_training_step_changes_the_encoder_and_keeps_initialisation_its_own(name):
+    model = _model(name)
+    encoder = build_encoder(name, SHAPE, 32)
+    if name == "fire":  # the model's N(0, 0.02) init of nn.Linear must not touch the encoder's MLP
+        assert model.encoder.w1.abs().max() > 0.1
+    before = {k: v.clone() for k, v in model.encoder.state_dict().items()}
+    assert set(before) == set(encoder.state_dict())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    tokens = torch.randint(0, 12, (4, 20))
+    loss = torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten())
+    loss.backward()
+    optimizer.step()
+    assert torch.isfinite(loss)
+    assert any(not torch.equal(before[k], v) for k, v in model.encoder.state_dict().items())

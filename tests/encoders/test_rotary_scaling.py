@@ -1,0 +1,252 @@
+"""Evaluation-time RoPE scaling of rotary encoders; rope_ntk as RoPE + NTK; the rope_partial encoder."""
+
+import math
+
+import pytest
+import torch
+
+from posenc import functional as F
+from posenc.encoders import AttentionShape, RotaryEncoder, build_encoder
+from posenc.errors import ConfigError
+from posenc.functional.rope_scaling import ROPE_SCALING, RopeScaling
+from posenc.model import ModelConfig, Transformer
+
+SHAPE = AttentionShape(d_model=64, n_heads=4)  # head_dim 16
+TRAIN = 16
+ROTARY = ["rope", "rope_ntk", "xpos", "rope_partial"]
+
+
+def qk(length: int, seed: int = 0, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries and keys ``[2, 4, length, 16]``."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, 4, length, 16, generator=g, dtype=dtype)
+    return q, torch.randn(2, 4, length, 16, generator=g, dtype=dtype)
+
+
+def scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return q @ k.transpose(-1, -2)
+
+
+@pytest.mark.parametrize("name", ROTARY)
+@pytest.mark.parametrize("length", [8, TRAIN, 4 * TRAIN])
+def test_none_scaling_is_plain_rotation_and_none_restores_the_trained_encoder(name, length):
+    encoder = build_encoder(name, SHAPE, TRAIN)
+    assert isinstance(encoder, RotaryEncoder) and encoder.rope_scaling == type(encoder).default_scaling
+    q, k = qk(length)
+    positions = torch.arange(length)
+    trained = encoder.rotate(q, k, positions)
+    encoder.set_rope_scaling(RopeScaling("none"))
+    plain = build_encoder("rope" if name == "rope_ntk" else name, SHAPE, TRAIN).rotate(q, k, positions)
+    for got, want in zip(encoder.rotate(q, k, positions), plain):
+        assert torch.equal(got, want)  # bit for bit
+    encoder.set_rope_scaling(None)
+    assert encoder.rope_scaling == type(encoder).default_scaling
+    for got, want in zip(encoder.rotate(q, k, positions), trained):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("factor", [2.0, 4.0, 3.0])
+def test_linear_scaling_is_position_interpolation(factor):
+    """Scores under linear scaling by s at (m, n) equal unscaled RoPE's at (m/s, n/s) (Chen et al. 2023)."""
+    encoder = build_encoder("rope", SHAPE, TRAIN)
+    encoder.set_rope_scaling(RopeScaling("linear", factor))
+    q, k = qk(48, dtype=torch.float64)
+    positions = torch.arange(48)
+    got = scores(*encoder.rotate(q, k, positions))
+    inv_freq = F.rope_inv_freq(16, 10000.0)
+    interpolated = positions.double() / factor
+    want = scores(F.apply_rope(q, interpolated, inv_freq), F.apply_rope(k, interpolated, inv_freq))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # float32 frequencies, rounded after / s
+    if factor in (2.0, 4.0):  # powers of two: the rounding commutes, so it is exact
+        assert torch.equal(got, want)
+
+
+def test_a_factor_of_none_follows_the_evaluation_length():
+    follow, fixed = build_encoder("rope", SHAPE, TRAIN), build_encoder("rope", SHAPE, TRAIN)
+    follow.set_rope_scaling(RopeScaling("yarn"))
+    q, k = qk(3 * TRAIN)
+    for length, factor in ((3 * TRAIN, 3.0), (TRAIN, 1.0), (TRAIN // 2, 1.0)):
+        fixed.set_rope_scaling(RopeScaling("yarn", factor))
+        positions = torch.arange(length)
+        a = follow.rotate(q[..., :length, :], k[..., :length, :], positions)
+        b = fixed.rotate(q[..., :length, :], k[..., :length, :], positions)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("name", ROTARY)
+def test_yarn_scales_q_and_k_by_mscale_so_logits_by_its_square(name):
+    encoder = build_encoder(name, SHAPE, TRAIN)
+    length, factor = 4 * TRAIN, 4.0
+    q, k = qk(length, dtype=torch.float64)
+    positions = torch.arange(length)
+    r = encoder.rotary_dim
+    inv_freq, mscale = F.yarn_scaling(r, 10000.0, factor, TRAIN, length)
+    assert mscale == pytest.approx(0.1 * math.log(4) + 1)
+    # the same encoder with YaRN's frequencies swapped in and no attention scale
+    unscaled_tables = encoder.rotations(positions, inv_freq.float(), torch.complex128)
+    encoder.set_rope_scaling(RopeScaling("yarn", factor))
+    rq, rk = encoder.rotation_tables(positions, length, torch.complex128)
+    torch.testing.assert_close(rq, unscaled_tables[0] * mscale, rtol=1e-12, atol=0)
+    torch.testing.assert_close(rk, unscaled_tables[1] * mscale, rtol=1e-12, atol=0)
+    q2, k2 = encoder.rotate(q, k, positions)
+    want_q = F.apply_rotation(q[..., :r], unscaled_tables[0])
+    want_k = F.apply_rotation(k[..., :r], unscaled_tables[1])
+    torch.testing.assert_close(scores(q2[..., :r], k2[..., :r]), scores(want_q, want_k) * mscale**2)
+
+
+def test_xpos_keeps_its_decay_under_scaling():
+    encoder = build_encoder("xpos", SHAPE, TRAIN)
+    encoder.set_rope_scaling(RopeScaling("linear", 2.0))
+    positions = torch.arange(40)
+    rq, rk = encoder.rotation_tables(positions, 40, torch.complex128)
+    plain_q, plain_k = build_encoder("xpos", SHAPE, TRAIN).rotation_tables(positions, 40, torch.complex128)
+    torch.testing.assert_close(rq.abs(), plain_q.abs())  # the decay: magnitudes unchanged
+    torch.testing.assert_close(rk.abs(), plain_k.abs())
+    want = F.xpos_rotations(positions, encoder.inv_freq / 2, 16, 0.4, 512.0, torch.complex128)
+    torch.testing.assert_close(rq, want[0])
+
+
+def test_setting_a_scaling_clears_the_table_cache():
+    encoder = build_encoder("rope", SHAPE, TRAIN)
+    q, k = qk(4 * TRAIN)
+    positions = torch.arange(4 * TRAIN)
+    before = encoder.rotate(q, k, positions)
+    assert len(encoder._tables) == 1
+    encoder.set_rope_scaling(RopeScaling("ntk"))
+    assert not encoder._tables
+    after = encoder.rotate(q, k, positions)  # same positions tensor: must not reuse the old table
+    assert not torch.allclose(before[0], after[0])
+    assert len(encoder._tables) == 1 and encoder.rotate(q, k, positions)[0] is not None
+    encoder.set_rope_scaling(None)
+    assert not encoder._tables and torch.equal(encoder.rotate(q, k, positions)[0], before[0])
+
+
+def test_compiled_path_computes_the_same_scaled_tables(monkeypatch):
+    encoder = build_encoder("rope_partial", SHAPE, TRAIN, {"fraction": 0.5})
+    encoder.set_rope_scaling(RopeScaling("yarn"))
+    q, k = qk(3 * TRAIN)
+    positions = torch.arange(3 * TRAIN)
+    cached = encoder.rotate(q, k, positions)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    encoder._tables.clear()
+    compiled = encoder.rotate(q, k, positions)
+    assert not encoder._tables  # bypassed
+    assert torch.equal(cached[0], compiled[0]) and torch.equal(cached[1], compiled[1])
+
+
+@pytest.mark.parametrize("length", [TRAIN // 2, TRAIN, 3 * TRAIN, 64 * TRAIN + 5])
+def test_rope_ntk_is_bit_identical_to_its_reference_computation(length):
+    encoder = build_encoder("rope_ntk", SHAPE, TRAIN)
+    assert encoder.rope_scaling == RopeScaling("ntk") and not encoder.state_dict()  # old checkpoints load
+    q, k = qk(length)
+    positions = torch.arange(length)
+    base = 10000.0 if length <= TRAIN else F.ntk_base(10000.0, 16, length / TRAIN)
+    rotation = F.rope_rotation(positions, F.rope_inv_freq(16, base), torch.complex64)  # the pre-refactor code
+    q2, k2 = encoder.rotate(q, k, positions)
+    assert torch.equal(q2, F.apply_rotation(q, rotation)) and torch.equal(k2, F.apply_rotation(k, rotation))
+    assert torch.equal(encoder.inv_freq_for(length), F.rope_inv_freq(16, base))
+
+
+def test_another_scaling_replaces_rope_ntks_default():
+    ntk, rope = build_encoder("rope_ntk", SHAPE, TRAIN), build_encoder("rope", SHAPE, TRAIN)
+    for encoder in (ntk, rope):
+        encoder.set_rope_scaling(RopeScaling("yarn"))
+    q, k = qk(4 * TRAIN)
+    positions = torch.arange(4 * TRAIN)
+    assert torch.equal(ntk.rotate(q, k, positions)[0], rope.rotate(q, k, positions)[0])
+    ntk.set_rope_scaling(None)
+    assert ntk.rope_scaling == RopeScaling("ntk")
+
+
+def test_bad_scalings_are_config_errors():
+    encoder = build_encoder("rope", SHAPE, TRAIN)
+    with pytest.raises(ConfigError, match="unknown rope scaling method 'bogus'; known methods: none, linear"):
+        encoder.set_rope_scaling(RopeScaling("bogus"))
+    with pytest.raises(ConfigError, match="factor must be a number > 0"):
+        encoder.set_rope_scaling(RopeScaling("linear", -2.0))
+    narrow = build_encoder("rope_partial", SHAPE, TRAIN, {"fraction": 0.125})  # 2 rotated dims
+    with pytest.raises(ConfigError, match="head_dim must be > 2"):
+        narrow.set_rope_scaling(RopeScaling("ntk"))
+    assert encoder.rope_scaling is None and narrow.rope_scaling is None  # unchanged after a refusal
+
+
+@pytest.mark.parametrize("method", ROPE_SCALING)
+def test_every_method_runs_through_a_model(method):
+    cfg = ModelConfig(vocab_size=20, d_model=64, n_layers=1, n_heads=4, d_mlp=64)
+    torch.manual_seed(0)
+    model = Transformer(cfg, build_encoder("rope", cfg.shape, TRAIN)).eval()
+    tokens = torch.randint(0, 20, (2, 4 * TRAIN))
+    with torch.no_grad():
+        plain = model(tokens)
+        model.encoder.set_rope_scaling(RopeScaling(method))
+        scaled = model(tokens)
+    assert scaled.shape == plain.shape and torch.isfinite(scaled).all()
+    assert torch.equal(scaled, plain) == (method == "none")
+
+
+# -- rope_partial ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fraction, rotated", [(0.25, 4), (0.5, 8), (0.125, 2), (1.0, 16), (0.3, 4)])
+def test_rope_partial_rotates_the_first_fraction_and_leaves_the_rest(fraction, rotated):
+    encoder = build_encoder("rope_partial", SHAPE, TRAIN, {"fraction": fraction})
+    assert encoder.rotary_dim == rotated and encoder.inv_freq.shape == (rotated // 2,)
+    q, k = qk(20)
+    positions = torch.arange(20)
+    q2, k2 = encoder.rotate(q, k, positions)
+    assert torch.equal(q2[..., rotated:], q[..., rotated:])
+    assert torch.equal(k2[..., rotated:], k[..., rotated:])
+    torch.testing.assert_close(q2.norm(dim=-1), q.norm(dim=-1))  # rotations keep norms
+    want = F.apply_rope(q[..., :rotated], positions, F.rope_inv_freq(rotated))  # GPT-NeoX frequencies
+    torch.testing.assert_close(q2[..., :rotated], want)
+    if rotated == 16:
+        rope = build_encoder("rope", SHAPE, TRAIN)
+        assert torch.equal(q2, rope.rotate(q, k, positions)[0])
+
+
+def test_rope_partial_scores_depend_on_relative_positions_only():
+    encoder = build_encoder("rope_partial", SHAPE, TRAIN, {"fraction": 0.5})
+    q, k = qk(12, dtype=torch.float64)
+    at0 = scores(*encoder.rotate(q, k, torch.arange(12)))
+    at100 = scores(*encoder.rotate(q, k, torch.arange(100, 112)))
+    torch.testing.assert_close(at0, at100)
+
+
+def test_rope_partial_works_on_strided_views_of_a_fused_projection():
+    encoder = build_encoder("rope_partial", SHAPE, TRAIN)
+    fused = torch.randn(2, 10, 3 * 64)
+    q, k, _ = (t.unflatten(-1, (4, 16)).transpose(1, 2) for t in fused.split(64, dim=-1))  # [b, h, s, hd]
+    assert not q.is_contiguous()
+    got = encoder.rotate(q, k, torch.arange(10))
+    want = encoder.rotate(q.contiguous(), k.contiguous(), torch.arange(10))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_rope_partial_scaling_acts_on_the_rotated_dims():
+    encoder = build_encoder("rope_partial", SHAPE, TRAIN, {"fraction": 0.5})
+    encoder.set_rope_scaling(RopeScaling("linear", 2.0))
+    q, k = qk(32)
+    positions = torch.arange(32)
+    q2, _ = encoder.rotate(q, k, positions)
+    assert torch.equal(q2[..., 8:], q[..., 8:])
+    torch.testing.assert_close(q2[..., :8], F.apply_rope(q[..., :8], positions / 2, F.rope_inv_freq(8)))
+
+
+@pytest.mark.parametrize("fraction, rotated", [(0.1875, 3), (0.05, 0), (0.1, 1)])
+def test_rope_partial_refuses_odd_or_too_few_rotated_dims(fraction, rotated):
+    message = rf"encoder.fraction={fraction} rotates .* = {rotated} dimensions; rope_partial needs an even"
+    with pytest.raises(ConfigError, match=message):
+        build_encoder("rope_partial", SHAPE, TRAIN, {"fraction": fraction})
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.5, 1.5])
+def test_rope_partial_refuses_a_fraction_outside_zero_one(fraction):
+    with pytest.raises(ConfigError, match=r"encoder.fraction must be in \(0, 1\]"):
+        build_encoder("rope_partial", SHAPE, TRAIN, {"fraction": fraction})
+
+
+def test_rope_partial_is_rope_shaped_for_the_registry_checks():
+    with pytest.raises(ConfigError, match="even head dimension"):  # checked before the fraction
+        build_encoder("rope_partial", AttentionShape(d_model=36, n_heads=4), TRAIN)
+    assert build_encoder("rope_partial", AttentionShape(d_model=128, n_heads=4), TRAIN).rotary_dim == 8
+    assert build_encoder("rope_partial", SHAPE, TRAIN, {"fraction": 0.375}).rotary_dim == 6

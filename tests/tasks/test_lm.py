@@ -1,0 +1,130 @@
+"""The lm task: byte windows, a held-out split disjoint from training files, corpus loading and errors."""
+
+import hashlib
+import re
+import sysconfig
+
+import pytest
+import torch
+
+from posenc.errors import ConfigError
+from posenc.tasks import LanguageModelling, build_task
+from posenc.tasks.lm import load_corpus
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """40 small text files with distinct, recognisable content (and one that does not match)."""
+    for i in range(40):
+        folder = tmp_path / ("sub" if i % 2 else "")
+        folder.mkdir(exist_ok=True)
+        (folder / f"f{i:02d}.txt").write_text(f"<{i:02d}>" * 50)  # 200 bytes per file
+    (tmp_path / "skip.md").write_text("not matched")
+    return tmp_path
+
+
+def text_of(tokens):
+    return bytes((tokens - 2).tolist()).decode()
+
+
+def files_seen(task):
+    """Which files (by their number) a task's windows came from."""
+    rows = task.sequences(200, 40, gen())[0]
+    return {int(m) for row in rows for m in re.findall(r"<(\d\d)>", text_of(row))}
+
+
+def test_windows_are_byte_tokens_all_scored(corpus):
+    task = build_task("lm", {"corpus": str(corpus), "pattern": "*.txt"})
+    assert task.vocab_size == 258 and task.min_length == 1 and task.report_metrics[0] == "perplexity"
+    tokens, answer = task.sequences(8, 15, gen())
+    assert tokens.shape == answer.shape == (8, 16)
+    assert not answer[:, 0].any() and answer[:, 1:].all()
+    for row in tokens:
+        text = text_of(row)
+        assert len(text) == 16 and set(text) <= set("<>0123456789")
+        start = text.index("<")
+        assert text[start + 3] == ">"  # windows are contiguous bytes of the files
+    batch = task.sample(8, 15, gen())
+    assert batch.mask.all()  # every next-byte prediction is scored
+
+
+def test_held_out_split_is_disjoint_from_training_files(corpus):
+    task = build_task("lm", {"corpus": str(corpus), "pattern": "*.txt", "eval_fraction": 0.25})
+    info = task.corpus_info()
+    assert info["files"] == 40 and info["bytes"] == 40 * 200
+    assert 0 < info["eval_files"] < 40 and info["eval_bytes"] == 200 * info["eval_files"]
+    held = {int(name[-6:-4]) for name in task.corpus.held_out}
+    held_out = task.for_evaluation()
+    assert held_out.split == "eval" and task.split == "train"  # a copy; training is untouched
+    assert held_out.for_evaluation().split == "eval"
+    seen_train, seen_eval = files_seen(task), files_seen(held_out)
+    assert seen_eval and seen_eval <= held and not seen_train & held
+    # a file's split depends on its path alone: a smaller cap keeps the held-out files held out
+    capped = load_corpus(str(corpus), "*.txt", 4000, 0.25)
+    assert set(capped.held_out) <= set(task.corpus.held_out)
+    assert 0 < capped.train.numel() + capped.eval.numel() <= 4000
+
+
+def test_split_is_stable_and_never_empty(corpus):
+    names = sorted(p.relative_to(corpus).as_posix() for p in corpus.rglob("*.txt"))
+    digests = {n: hashlib.sha256(n.encode()).digest() for n in names}
+    expected = {n for n in names if int.from_bytes(digests[n][8:16], "big") / 2**64 < 0.3}
+    assert set(load_corpus(str(corpus), "*.txt", 10**6, 0.3).held_out) == expected  # no randomised hash()
+    for p in list(corpus.rglob("*.txt"))[2:]:
+        p.unlink()
+    two = load_corpus(str(corpus), "*.txt", 10**6, 0.01)  # 1% of 2 files: still one held out, one trained
+    assert len(two.held_out) == 1 and two.train.numel() == two.eval.numel() == 200
+    one_file = corpus / "one"
+    one_file.mkdir()
+    (one_file / "a.txt").write_text("x" * 1000)
+    single = load_corpus(str(one_file), "*.txt", 10**6, 0.1)  # one file: its last 10% held out
+    assert (single.train.numel(), single.eval.numel()) == (900, 100)
+
+
+def test_same_options_load_once(corpus):
+    a = build_task("lm", {"corpus": str(corpus), "pattern": "*.txt"})
+    b = build_task("lm", {"corpus": str(corpus), "pattern": "*.txt"})
+    assert a.corpus is b.corpus
+
+
+def test_errors_are_one_clear_line(tmp_path, corpus):
+    with pytest.raises(ConfigError, match="folder .*nowhere does not exist"):
+        build_task("lm", {"corpus": str(tmp_path / "nowhere")})
+    with pytest.raises(ConfigError, match="no files match '\\*.rst' under"):
+        build_task("lm", {"corpus": str(corpus), "pattern": "*.rst"})
+    task = build_task("lm", {"corpus": str(corpus), "pattern": "*.txt", "max_bytes": 1000})
+    needle = (
+        "training split of the corpus has [0-9,]+ bytes, "
+        "fewer than a window at length 5000 needs \\(5,001\\)"
+    )
+    with pytest.raises(ConfigError, match=needle):
+        task.sample(1, 5000, gen())
+    with pytest.raises(ConfigError, match="held-out split .* length 900"):
+        task.for_evaluation().sample(1, 900, gen())
+    for options, message in [({"eval_fraction": 0.0}, "eval_fraction must be in"),
+                             ({"eval_fraction": 1}, "eval_fraction must be in"),
+                             ({"max_bytes": 0}, "max_bytes must be >= 2"),
+                             ({"max_bytes": "big"}, "max_bytes must be of type int")]:
+        with pytest.raises(ConfigError, match=message):
+            build_task("lm", {"corpus": str(corpus), "pattern": "*.txt", **options})
+    (corpus / "empty").mkdir()
+    (corpus / "empty" / "e.txt").write_text("")
+    with pytest.raises(ConfigError, match="are empty"):
+        build_task("lm", {"corpus": str(corpus / "empty"), "pattern": "*.txt"})
+
+
+def test_default_corpus_is_this_pythons_stdlib():
+    task = LanguageModelling()
+    info = task.corpus_info()
+    assert info["root"] == str(__import__("pathlib").Path(sysconfig.get_paths()["stdlib"]).resolve())
+    assert info["bytes"] <= 8_000_000 and info["files"] > 100 and info["eval_bytes"] > 100_000
+    parts = {part for name in task.corpus.files for part in name.split("/")}
+    assert not parts & {"site-packages", "test", "tests"}
+    description = task.describe_data()
+    assert description.startswith("Python 3.") and info["sha256"] in description
+    window = text_of(task.for_evaluation().sample(1, 200, gen()).inputs[0])
+    assert window.isprintable() or "\n" in window
