@@ -52,6 +52,24 @@ def mean_std_ci(values: pd.Series) -> tuple[int, float, float, float]:
     return n, mean, std, t_quantile_975(n - 1) * std / math.sqrt(n)
 
 
+def with_depth_means(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` plus, for each (run, length, scaling) evaluated at several depths (passkey), a row with depth
+    NaN holding the mean over its depths: the task's score at that length. Perplexity is ``exp`` of the
+    mean loss (every depth scores the same number of answer tokens)."""
+    deep = table[table["depth"].notna()]
+    if deep.empty:
+        return table
+    keys = ["run", "encoder", "task", "train_length", "eval_length", "scaling", "seed"]
+    means = deep.groupby(keys, sort=False, dropna=False).agg(
+        scaling_factor=("scaling_factor", "first"), loss=("loss", "mean"),
+        token_accuracy=("token_accuracy", "mean"), exact_match=("exact_match", "mean"),
+        n_sequences=("n_sequences", "sum"), seconds=("seconds", "sum"),
+        note=("note", lambda notes: next((n for n in notes.fillna("") if n), "")),
+    ).reset_index()
+    means = means.assign(depth=math.nan, perplexity=means["loss"].map(lambda x: math.exp(min(x, 700.0))))
+    return pd.concat([table, means[table.columns]], ignore_index=True)
+
+
 def aggregate(table: pd.DataFrame) -> pd.DataFrame:
     """Per :data:`GROUP`: ``n_seeds`` (seeds with a value), ``scaling_factor``, and for each metric
     ``<metric>_mean``, ``_std``, ``_ci95`` (half-width), ``_ci95_low``, ``_ci95_high``; plus ``note``
@@ -61,7 +79,7 @@ def aggregate(table: pd.DataFrame) -> pd.DataFrame:
         table: the tidy evaluation table (see :data:`posenc.extrapolate.COLUMNS`), one row per run and length.
     """
     rows = []
-    for key, group in table.groupby(GROUP, sort=True, dropna=False):
+    for key, group in with_depth_means(table).groupby(GROUP, sort=True, dropna=False):
         row = dict(zip(GROUP, key))
         row["n_seeds"] = int(group["exact_match"].notna().sum())
         row["seeds"] = ",".join(str(s) for s in sorted(group["seed"].unique()))

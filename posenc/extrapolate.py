@@ -183,7 +183,7 @@ def scaling_note(table: pd.DataFrame, scalings: list[RopeScaling]) -> str | None
 
 def _evaluate_row(run, cfg, task, model, length: int, scaling, depth: float | None, sequences: int | None) -> dict:
     """One table row: ``model`` on ``task`` (at ``depth`` if given) at ``length`` under ``scaling``."""
-    factor = scaling.factor if scaling.factor is not None else max(1.0, length / cfg.task.length)
+    factor = scaling.factor_for(cfg.task.length, length)  # what the method gets (dynamic_ntk: 1 unless fixed)
     row = {
         "run": describe_run(run), "encoder": cfg.encoder.name, "task": cfg.task.name,
         "train_length": cfg.task.length, "eval_length": length, "scaling": scaling_label(scaling),

@@ -158,13 +158,18 @@ def write_report(
                          + table.to_markdown(index=False, disable_numparse=True) + "\n")
         parts += [f"![{task}: {m.replace('_', ' ')}]({figures[(task, m)].name})\n"
                   for m in metrics if (task, m) in figures]
+        parts += [f"![{task}: {m.replace('_', ' ')} by depth]({figures[(task, m, 'depth')].name})\n"
+                  for m in metrics if (task, m, "depth") in figures]
         if task in set(scaled["task"]):
+            depths = scaled[(scaled["task"] == task) & scaled["depth"].notna()]
             parts.append(f"### {task}: RoPE context extension at evaluation\n\n"
                          "The same rotary checkpoints evaluated under each `--rope-scaling` method, no "
                          "retraining; the factor follows the evaluation length (s = L'/L) unless a label "
-                         "says `:<factor>`.\n")
+                         "says `:<factor>`." + (" Scores over all depths; by depth in the figure above."
+                                                if len(depths) else "") + "\n")
             for metric in metrics[:2]:
-                table = pivot(scaled[scaled["task"] == task], metric, task).drop(columns="task")
+                view = scaled[(scaled["task"] == task) & scaled["depth"].isna()]
+                table = pivot(view, metric, task).drop(columns="task")
                 parts.append(f"**{metric.replace('_', ' ')}** by evaluation length\n\n"
                              + table.to_markdown(index=False, disable_numparse=True) + "\n")
             parts += [f"![{task}: {m.replace('_', ' ')} under RoPE scaling]"

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from conftest import TINY, posenc_cli
 
-from posenc.compare import aggregate, mean_std_ci, pivot, t_quantile_975
+from posenc.compare import aggregate, mean_std_ci, pivot, t_quantile_975, with_depth_means
 from posenc.extrapolate import COLUMNS, doubling_lengths
 from posenc.report import literature_checks, perplexity_checks
 
@@ -127,6 +127,19 @@ def test_perplexity_check_compares_rope_scalings_with_rope_as_trained():
     assert "**differs**" in line and "(best: linear)" in line
 
 
+def test_depth_rows_get_a_mean_over_depths_per_run_length_and_scaling():
+    rows = _rows("rope", "passkey", 64, [1.0, 0.5], depth=0.0) + _rows("rope", "passkey", 64, [0.0, 0.5], depth=1.0)
+    rows += _rows("rope", "copy", 64, [0.7])
+    table = with_depth_means(pd.DataFrame(rows))
+    means = table[(table["task"] == "passkey") & table["depth"].isna()].set_index("seed")
+    assert len(table) == 7 and list(means["exact_match"]) == [0.5, 0.5]
+    assert means.loc[0, "loss"] == pytest.approx(0.5) and means.loc[0, "perplexity"] == pytest.approx(math.exp(0.5))
+    assert means.loc[0, "n_sequences"] == 8
+    comparison = aggregate(pd.DataFrame(rows))
+    overall = comparison[(comparison["task"] == "passkey") & comparison["depth"].isna()]
+    assert len(overall) == 1 and overall["exact_match_mean"].iloc[0] == 0.5 and overall["n_seeds"].iloc[0] == 2
+
+
 def test_doubling_lengths():
     assert doubling_lengths(64, 8192) == [64, 128, 256, 512, 1024, 2048, 4096, 8192]
     assert doubling_lengths(100, 50) == [100]
@@ -205,8 +218,15 @@ def test_compare_with_rope_scaling_passkey_depths_and_lm_perplexity(tmp_path):
     assert set(yarn["encoder"]) == {"rope"} and list(yarn.groupby("eval_length")["scaling_factor"].first()) == [1, 2]
     lm = table[table["task"] == "lm"]
     assert lm["depth"].isna().all() and (lm["perplexity"] > 1).all()
+    comparison = pd.read_parquet(out / "comparison.parquet")
+    rope = comparison[(comparison["task"] == "passkey") & (comparison["encoder"] == "rope")
+                      & (comparison["scaling"] == "none") & (comparison["eval_length"] == 32)]
+    overall = rope[rope["depth"].isna()]  # the score over all depths, next to one row per depth
+    assert len(rope) == 6 and len(overall) == 1
+    by_depth = rope.loc[rope["depth"].notna(), "token_accuracy_mean"]
+    assert overall["token_accuracy_mean"].iloc[0] == pytest.approx(by_depth.mean())
     for name in ["lm_perplexity.png", "lm_rope_scaling_perplexity.svg", "passkey_exact_match.png",
-                 "passkey_rope_scaling_exact_match.png"]:
+                 "passkey_rope_scaling_exact_match.png", "passkey_exact_match_by_depth.png"]:
         assert (out / name).stat().st_size > 0, name
     report = (out / "report.md").read_text()
     assert "### lm: RoPE context extension at evaluation" in report and "rope +yarn" in report
