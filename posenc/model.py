@@ -85,7 +85,11 @@ def causal_attention(
     if not encoder.has_score_bias:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
     seq = q.shape[-2]
-    wants_flex = kind == "flex" or (kind == "auto" and seq >= FLEX_MIN_LENGTH and dropout_p == 0.0)
+    # FlexAttention has no backward on CPU: a CPU training step takes the query blocks (auto) instead of
+    # failing there and marking flex broken for the evaluations that follow.
+    cpu_backward = q.device.type == "cpu" and torch.is_grad_enabled() and q.requires_grad
+    wants_flex = kind == "flex" or (kind == "auto" and seq >= FLEX_MIN_LENGTH and dropout_p == 0.0
+                                    and not cpu_backward)
     score_mod = encoder.score_mod() if wants_flex else None  # its q_idx/kv_idx are the positions 0..s-1
     if score_mod is not None and kind == "flex" and _flex.broken:
         raise ConfigError(f"model.attention=flex does not run here: {_flex.broken}")

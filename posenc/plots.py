@@ -24,27 +24,43 @@ def _pyplot():
     return plt
 
 
-def _draw(ax, view: pd.DataFrame, metric: str, by: pd.Series) -> None:
+def _colours(names: list[str]) -> dict[str, tuple]:
+    """A distinct colour per name: matplotlib's tab10, or tab20 when there are more than 10 names."""
+    plt = _pyplot()
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
+
+
+def _draw(
+    ax, view: pd.DataFrame, metric: str, by: pd.Series, colours: dict[str, tuple], styles: dict[str, str] | None = None
+) -> None:
     """One line per value of ``by`` (mean over seeds) with its 95% interval as a band; axes dressed."""
-    for name, rows in view.groupby(by, sort=True):
+    for name, rows in view.groupby(by, sort=False):
         rows = rows[rows[f"{metric}_mean"].notna()].sort_values("eval_length")
         if rows.empty:
             continue
-        (line,) = ax.plot(rows["eval_length"], rows[f"{metric}_mean"], marker="o", markersize=3, label=name)
+        colour = colours[name]
+        ax.plot(rows["eval_length"], rows[f"{metric}_mean"], marker="o", markersize=3, label=name, color=colour,
+                linestyle=(styles or {}).get(name, "-"))
         low, high = rows[f"{metric}_ci95_low"], rows[f"{metric}_ci95_high"]
         if metric in BOUNDED:
             low, high = low.clip(0, 1), high.clip(0, 1)
-        ax.fill_between(rows["eval_length"], low, high, color=line.get_color(), alpha=0.18, linewidth=0)
+        ax.fill_between(rows["eval_length"], low, high, color=colour, alpha=0.18, linewidth=0)
     for length in sorted(view["train_length"].unique()):
         ax.axvline(length, color="grey", linestyle=":", linewidth=1)
-        ax.annotate(f"train {length}", (length, 1.0), xycoords=("data", "axes fraction"), fontsize=7,
-                    color="grey", ha="left", va="top", xytext=(2, -2), textcoords="offset points")
+        ax.annotate(f"train {length}", (length, 0.0), xycoords=("data", "axes fraction"), fontsize=7,
+                    color="grey", ha="left", va="bottom", xytext=(2, 2), textcoords="offset points")
     ax.set_xscale("log", base=2)
     if metric in BOUNDED:
         ax.set_ylim(-0.02, 1.02)
     elif metric == "perplexity":
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
+
+
+def _seeds(view: pd.DataFrame) -> str:
+    n = int(view["n_seeds"].max()) if len(view) else 0
+    return f"mean of {n} seeds, 95% CI band" if n > 1 else f"{n} seed, no interval"
 
 
 def _save(fig, out_dir: Path, stem: str) -> list[Path]:
@@ -70,45 +86,56 @@ def plot_metric(
 
     plt = _pyplot()
     view = comparison[comparison["task"] == task]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), constrained_layout=True)
-    _draw(ax, view, metric, labels(view))
+    names = labels(view)
+    fig, ax = plt.subplots(figsize=(7.6, 4.2), constrained_layout=True)
+    _draw(ax, view, metric, names, _colours(sorted(set(names))))
     ax.set_xlabel("evaluation length (tokens)")
     ax.set_ylabel(LABELS.get(metric, metric))
-    seeds = view["n_seeds"].max() if not view.empty else 0
-    ax.set_title(f"{title or task}: {LABELS.get(metric, metric)} (mean of {seeds} seeds, 95% CI band)",
-                 fontsize=10)
-    ax.legend(fontsize=8, ncol=2)
+    ax.set_title(f"{title or task}: {LABELS.get(metric, metric)} ({_seeds(view)})", fontsize=10)
+    handles, texts = ax.get_legend_handles_labels()
+    order = sorted(range(len(texts)), key=texts.__getitem__)
+    ax.legend([handles[i] for i in order], [texts[i] for i in order], fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), frameon=False)
     paths = _save(fig, out_dir, stem or f"{task}_{metric}")
     plt.close(fig)
     return paths
 
 
-def plot_by_depth(comparison: pd.DataFrame, task: str, metric: str, out_dir: Path) -> list[Path]:
-    """``metric`` vs evaluation length for a task evaluated at several depths (passkey): one panel per
-    encoder (and RoPE scaling), one line per depth; writes ``<task>_<metric>_by_depth.png`` and ``.svg``."""
-    from posenc.extrapolate import labels
+AS_TRAINED = "as trained"
+LINE_STYLES = ("-", "--", "-.", ":")  # cycled in small multiples, so that lines with equal values both show
 
+
+def plot_panels(
+    view: pd.DataFrame, metric: str, panel: pd.Series, line: pd.Series, out_dir: Path, stem: str, title: str,
+    order: list[str] | None = None,
+) -> list[Path]:
+    """Small multiples of ``metric`` vs evaluation length: one panel per value of ``panel``, one line per
+    value of ``line`` (the same colour and style in every panel; legend in ``order``, else sorted), a shared
+    y axis; writes ``<stem>.png`` and ``.svg``."""
     plt = _pyplot()
-    view = comparison[(comparison["task"] == task) & comparison["depth"].notna()]
-    view = view.assign(panel=labels(view.assign(depth=float("nan"))), line=view["depth"].map("depth {:g}".format))
+    view = view.assign(panel=panel, line=line)
     panels = list(view.groupby("panel", sort=True))
-    cols = min(3, len(panels))
+    present = set(view["line"])
+    names = [n for n in order or [] if n in present] + sorted(present - set(order or []))
+    colours = _colours(names)
+    styles = {name: LINE_STYLES[i % len(LINE_STYLES)] for i, name in enumerate(names)}
+    cols = min(4, len(panels))
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows + 0.4), sharey=True, squeeze=False,
-                             constrained_layout=True)
-    for ax, (panel, part) in zip(axes.flat, panels):
-        _draw(ax, part, metric, part["line"])
-        ax.set_title(panel, fontsize=9)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.7 * cols + 1.6, 3.0 * rows + 0.5), sharey=True,
+                             squeeze=False, constrained_layout=True)
+    for ax, (name, part) in zip(axes.flat, panels):
+        _draw(ax, part, metric, part["line"], colours, styles)
+        ax.set_title(name, fontsize=9)
         ax.set_xlabel("evaluation length (tokens)", fontsize=8)
         ax.tick_params(labelsize=7)
     for ax in axes[:, 0]:
         ax.set_ylabel(LABELS.get(metric, metric), fontsize=8)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"{task}: {LABELS.get(metric, metric)} by depth of the information (mean over seeds, 95% CI)",
-                 fontsize=10)
-    paths = _save(fig, out_dir, f"{task}_{metric}_by_depth")
+    handles = [plt.Line2D([], [], color=colours[n], linestyle=styles[n], marker="o", markersize=3) for n in names]
+    fig.legend(handles, names, fontsize=8, loc="outside right upper", frameon=False)
+    fig.suptitle(f"{title}: {LABELS.get(metric, metric)} ({_seeds(view)})", fontsize=10)
+    paths = _save(fig, out_dir, stem)
     plt.close(fig)
     return paths
 
@@ -120,12 +147,14 @@ def plot_all(comparison: pd.DataFrame, out_dir: Path, metrics: dict[str, tuple[s
         metrics: the metrics to draw for each task (e.g. perplexity for ``lm``, exact match for copy).
 
     Returns:
-        ``(task, metric)``: the encoders as trained; ``(task, metric, "rope_scaling")``: rotary runs under
-        every evaluated RoPE scaling method, when some were evaluated; ``(task, metric, "depth")``: tasks
-        evaluated per depth, by depth. The first two show a depth task's score over all depths (the rows
-        whose depth is NaN, see :func:`posenc.compare.aggregate`).
+        ``(task, metric)``: the encoders as trained (one line each); ``(task, metric, "rope_scaling")``: a
+        panel per rotary encoder, a line per evaluated RoPE scaling method, when some were evaluated;
+        ``(task, metric, "depth")``: tasks evaluated per depth, a panel per encoder (and scaling), a line
+        per depth. The first two show a depth task's score over all depths (the rows whose depth is NaN,
+        see :func:`posenc.compare.aggregate`).
     """
-    from posenc.extrapolate import NO_SCALING
+    from posenc.extrapolate import NO_SCALING, labels
+    from posenc.functional.rope_scaling import ROPE_SCALING
 
     figures: dict[tuple, Path] = {}
     for task in sorted(comparison["task"].unique()):
@@ -134,13 +163,17 @@ def plot_all(comparison: pd.DataFrame, out_dir: Path, metrics: dict[str, tuple[s
         trained = overall[overall["scaling"] == NO_SCALING]
         scaled_encoders = set(overall.loc[overall["scaling"] != NO_SCALING, "encoder"])
         scaled = overall[overall["encoder"].isin(scaled_encoders)]
+        deep = rows[rows["depth"].notna()]
         for metric in metrics.get(task, ("exact_match", "token_accuracy", "loss")):
             if trained[f"{metric}_mean"].notna().any():
                 figures[(task, metric)] = plot_metric(trained, task, metric, out_dir)[0]
             if scaled_encoders and scaled[f"{metric}_mean"].notna().any():
-                figures[(task, metric, "rope_scaling")] = plot_metric(
-                    scaled, task, metric, out_dir, stem=f"{task}_rope_scaling_{metric}",
-                    title=f"{task}, RoPE scaling at evaluation")[0]
-            if rows["depth"].notna().any() and rows[f"{metric}_mean"].notna().any():
-                figures[(task, metric, "depth")] = plot_by_depth(rows, task, metric, out_dir)[0]
+                method = scaled["scaling"].where(scaled["scaling"] != NO_SCALING, AS_TRAINED)
+                figures[(task, metric, "rope_scaling")] = plot_panels(
+                    scaled, metric, scaled["encoder"], method, out_dir, f"{task}_rope_scaling_{metric}",
+                    f"{task}, RoPE scaling at evaluation", order=[AS_TRAINED, *ROPE_SCALING])[0]
+            if len(deep) and deep[f"{metric}_mean"].notna().any():
+                figures[(task, metric, "depth")] = plot_panels(
+                    deep, metric, labels(deep.assign(depth=float("nan"))), deep["depth"].map("depth {:g}".format),
+                    out_dir, f"{task}_{metric}_by_depth", f"{task} by depth of the information")[0]
     return figures

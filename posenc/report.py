@@ -89,24 +89,40 @@ def literature_checks(comparison: pd.DataFrame, task: str = "copy") -> list[str]
         lines.append(f"Sun et al. 2023 (xPos extrapolates better than RoPE; the paper pairs it with blockwise "
                      f"causal attention, which posenc does not use): {'**agrees**' if agrees else '**differs**'}"
                      f" — token accuracy at 2×: xpos {xpos:.2f}, rope {plain2:.2f}.")
-    scaled = {m: v("rope", 2, "token_accuracy") if m == NO_SCALING else
-              _value(comparison, task, "rope", 2, "token_accuracy", m)
-              for m in ("none", "linear", "ntk", "yarn")}
-    if not math.isnan(scaled["none"]) and any(not math.isnan(x) for m, x in scaled.items() if m != "none"):
-        best = max((m for m in scaled if m != "none" and not math.isnan(scaled[m])), key=scaled.get)
-        numbers = ", ".join(f"{m} {x:.2f}" for m, x in scaled.items() if not math.isnan(x))
-        lines.append(f"Chen et al. 2023, Peng et al. 2023 (position interpolation, NTK-aware scaling and YaRN "
-                     f"extend a RoPE model past its training length without training): "
-                     f"{'**agrees**' if scaled[best] > scaled['none'] + 0.02 else '**differs**'} — token "
-                     f"accuracy of the rope runs at 2×: {numbers}.")
+    line = scaling_check(comparison, task, "token_accuracy", 2)
+    if line:
+        lines.append(line)
     return lines
+
+
+SCALINGS_CHECKED = (NO_SCALING, "linear", "ntk", "dynamic_ntk", "yarn", "llama3")
+
+
+def scaling_check(comparison: pd.DataFrame, task: str, metric: str, factor: int) -> str | None:
+    """Peng et al. 2023 (YaRN, §2-3; bloc97 2023): without fine-tuning, NTK-aware scaling and YaRN extend a
+    RoPE model past its training length, while linear position interpolation needs fine-tuning to work
+    (Chen et al. 2023 fine-tune after interpolating). Checked on the ``rope`` runs at ``factor`` x the
+    training length: agrees when the better of ntk and yarn beats both the model as trained and linear
+    interpolation on ``metric`` (perplexity: lower is better). None when those rows are missing."""
+    values = {m: _value(comparison, task, "rope", factor, metric, m) for m in SCALINGS_CHECKED}
+    values = {m: x for m, x in values.items() if not math.isnan(x)}
+    if not {NO_SCALING, "linear"} <= set(values) or not {"ntk", "yarn"} & set(values):
+        return None
+    sign = -1 if metric in ("perplexity", "loss") else 1  # compare as "higher is better"
+    best = max((m for m in ("ntk", "yarn") if m in values), key=lambda m: sign * values[m])
+    agrees = sign * values[best] > sign * values[NO_SCALING] and sign * values[best] > sign * values["linear"]
+    numbers = ", ".join(f"{'as trained' if m == NO_SCALING else m} {x:.2f}" for m, x in values.items())
+    return (f"Peng et al. 2023 (without fine-tuning, NTK-aware scaling and YaRN extend a RoPE model past its "
+            f"training length; linear interpolation needs fine-tuning, Chen et al. 2023): "
+            f"{'**agrees**' if agrees else '**differs**'} — {metric.replace('_', ' ')} of the rope runs on "
+            f"{task} at {factor}×: {numbers}.")
 
 
 def perplexity_checks(comparison: pd.DataFrame, task: str = "lm") -> list[str]:
     """Perplexity past the training length (Press et al. 2022's measurement): ALiBi vs sinusoidal and RoPE,
     and the RoPE extension methods against the rope run as trained. A finding without its runs is left out."""
-    def ppl(encoder: str, factor: int, scaling: str = NO_SCALING) -> float:
-        return _value(comparison, task, encoder, factor, "perplexity", scaling)
+    def ppl(encoder: str, factor: int) -> float:
+        return _value(comparison, task, encoder, factor, "perplexity")
 
     lines = []
     have = {e: (ppl(e, 1), ppl(e, 4)) for e in ("alibi", "sinusoidal", "rope")}
@@ -118,15 +134,9 @@ def perplexity_checks(comparison: pd.DataFrame, task: str = "lm") -> list[str]:
         lines.append(f"Press et al. 2022 (ALiBi's perplexity stays flat past the training length, sinusoidal "
                      f"and RoPE rise): {'**agrees**' if agrees else '**differs**'} — perplexity per byte at "
                      f"1× → 4×: {numbers}.")
-    scaled = {m: ppl("rope", 4, m) for m in (NO_SCALING, "linear", "ntk", "dynamic_ntk", "yarn", "llama3")}
-    scaled = {m: x for m, x in scaled.items() if not math.isnan(x)}
-    if NO_SCALING in scaled and len(scaled) > 1:
-        best = min((m for m in scaled if m != NO_SCALING), key=scaled.__getitem__)
-        numbers = ", ".join(f"{'as trained' if m == NO_SCALING else m} {x:.2f}" for m, x in scaled.items())
-        lines.append(f"Chen et al. 2023, Peng et al. 2023 (interpolation, NTK-aware scaling and YaRN lower a "
-                     f"RoPE model's perplexity past its training length without training): "
-                     f"{'**agrees**' if scaled[best] < scaled[NO_SCALING] else '**differs**'} — perplexity "
-                     f"per byte of the rope run at 4×: {numbers} (best: {best}).")
+    line = scaling_check(comparison, task, "perplexity", 4)
+    if line:
+        lines.append(line)
     return lines
 
 
@@ -176,6 +186,9 @@ def write_report(
                       f"({figures[(task, m, 'rope_scaling')].name})\n"
                       for m in metrics if (task, m, "rope_scaling") in figures]
     checks = literature_checks(comparison) + perplexity_checks(comparison)
+    for task in sorted(set(comparison["task"]) - {"copy", "lm"}):  # those two: in the checks above
+        line = scaling_check(comparison, task, report_metrics(task)[0], 2)
+        checks += [line] if line else []
     if checks:
         parts.append("## Against the literature\n")
         parts.append("\n".join(f"- {line}" for line in checks) + "\n")

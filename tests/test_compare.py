@@ -92,8 +92,8 @@ def test_rope_scaling_rows_are_compared_with_the_rope_runs_as_trained():
     rows += _rows("rope", "copy", 128, [0.6], scaling="yarn") + _rows("rope", "copy", 128, [0.2], scaling="linear")
     comparison = aggregate(pd.DataFrame(rows))
     assert len(comparison) == 4  # scalings are groups of their own
-    line = [x for x in literature_checks(comparison) if x.startswith("Chen et al. 2023")][0]
-    assert "**agrees**" in line and "none 0.30, linear 0.20, yarn 0.60" in line
+    line = [x for x in literature_checks(comparison) if x.startswith("Peng et al. 2023")][0]
+    assert "**agrees**" in line and "as trained 0.30, linear 0.20, yarn 0.60" in line
     cells = pivot(comparison, "exact_match").set_index("encoder")
     assert cells.loc["rope +yarn", "128"] == "0.600" and cells.loc["rope", "128"] == "0.300"
 
@@ -114,17 +114,22 @@ def test_perplexity_check_follows_press_et_al():
     assert perplexity_checks(lm({("rope", 1): 3.0, ("rope", 4): 4.0})) == []  # no ALiBi: nothing to say
 
 
-def test_perplexity_check_compares_rope_scalings_with_rope_as_trained():
-    rows = []
-    for scaling, ppl in {"none": 9.0, "linear": 12.0, "yarn": 4.0}.items():
-        row = _rows("rope", "lm", 256, [0.0], scaling=scaling)[0]
-        rows.append({**row, "train_length": 64, "perplexity": ppl, "loss": math.log(ppl)})
-    (line,) = perplexity_checks(aggregate(pd.DataFrame(rows)))
-    assert line.startswith("Chen et al. 2023") and "**agrees**" in line
-    assert "as trained 9.00, linear 12.00, yarn 4.00 (best: yarn)" in line
-    rows = [{**row, "perplexity": 20.0} if row["scaling"] == "yarn" else row for row in rows]
-    (line,) = perplexity_checks(aggregate(pd.DataFrame(rows)))
-    assert "**differs**" in line and "(best: linear)" in line
+def test_perplexity_check_compares_rope_scalings_with_rope_as_trained_and_linear():
+    def lm(values):
+        rows = []
+        for scaling, ppl in values.items():
+            row = _rows("rope", "lm", 256, [0.0], scaling=scaling)[0]
+            rows.append({**row, "train_length": 64, "perplexity": ppl, "loss": math.log(ppl)})
+        return aggregate(pd.DataFrame(rows))
+
+    (line,) = perplexity_checks(lm({"none": 9.0, "linear": 12.0, "ntk": 6.0, "yarn": 4.0}))
+    assert line.startswith("Peng et al. 2023") and "**agrees**" in line
+    assert "perplexity of the rope runs on lm at 4×: as trained 9.00, linear 12.00, ntk 6.00, yarn 4.00." in line
+    (line,) = perplexity_checks(lm({"none": 9.0, "linear": 3.0, "yarn": 4.0}))  # linear beats yarn
+    assert "**differs**" in line
+    (line,) = perplexity_checks(lm({"none": 3.0, "linear": 12.0, "yarn": 4.0}))  # nothing beats as trained
+    assert "**differs**" in line
+    assert perplexity_checks(lm({"none": 9.0, "yarn": 4.0})) == []  # no linear: the finding is not checked
 
 
 def test_depth_rows_get_a_mean_over_depths_per_run_length_and_scaling():

@@ -127,6 +127,21 @@ def test_auto_attention_falls_back_to_query_blocks_when_flex_cannot_run(monkeypa
         causal_attention(q, k, v, torch.arange(1024), encoder, kind="flex")
 
 
+@pytest.mark.parametrize("name", [n for n, cls in ENCODERS.items() if cls.has_score_bias])
+def test_a_cpu_training_step_past_flex_length_uses_query_blocks_and_trains_the_bias(monkeypatch, name):
+    """FlexAttention has no backward on CPU: a long training step must not try it (and mark it broken)."""
+    def never(*args, **kwargs):
+        raise AssertionError("FlexAttention called in a CPU training step")
+
+    monkeypatch.setattr(model_module, "flex_causal_attention", never)
+    monkeypatch.setattr(model_module, "_flex", model_module.FlexState())
+    encoder = build_encoder(name, AttentionShape(32, 2), 64)
+    q, k, v = (torch.randn(1, 2, 1100, 16, requires_grad=True) for _ in range(3))
+    causal_attention(q, k, v, torch.arange(1100), encoder).sum().backward()
+    assert model_module._flex.broken is None and q.grad is not None
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder.parameters())
+
+
 @pytest.mark.parametrize("name", ENCODERS)
 def test_model_outputs_agree_across_attention_kinds(name):
     cfg = ModelConfig(vocab_size=18)
