@@ -290,7 +290,8 @@ def kernels(
         methods = parse_scaling(rope_scaling)
         found = find_runs(runs) if runs else []
         result = kernel_table(names, found, max_distance, methods, factor)
-        paths = write_tables(result.table, out, TABLE_STEM, summary=summary_markdown(result.table, factor))
+        paths = write_tables(result.table, out, TABLE_STEM, summary=summary_markdown(result.table, factor),
+                             markdown=False)  # a row per distance: the summary is the Markdown view
         figures = write_figures(result.table, out)
     except PosencError as err:
         fail(str(err))

@@ -426,15 +426,17 @@ def _train_length(ax, lengths, top: int) -> None:
                         color="grey", ha="left", va="top", xytext=(2, -2), textcoords="offset points")
 
 
-#: Figure of each component: (file stem, title, y label, log2 x axis).
+#: Figure of each component: (file stem, title, y label, log2 x axis, panels share the y axis). Biases
+#: get their own y axes: ALiBi's steepest head reaches -500 at 2048, learned biases stay within a few units.
 FIGURES = {
     "rotary": ("rotary", "rotary: score of all-ones q, k after rotate (1 at distance 0)", "normalised score",
-               True),
+               True, True),
     "rotary_bound": ("rotary_bound", "rotary: RoFormer relative upper bound (§3.4.3)", "relative upper bound",
-                     True),
-    "bias": ("bias", "score bias per head (light) and mean over heads", "additive logit", False),
+                     True, True),
+    "bias": ("bias", "score bias per head (light) and mean over heads (own y axis per panel)", "additive logit",
+             True, False),
     "absolute": ("absolute", "absolute: cosine similarity of embed(0) rows m and m − d", "cosine similarity",
-                 True),
+                 True, True),
 }
 
 
@@ -454,14 +456,14 @@ def write_figures(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     scalings = list(dict.fromkeys(table["scaling"]))
     colour = {s: colours[i % len(colours)] for i, s in enumerate(scalings)}
     pngs: list[Path] = []
-    for component, (stem, title, ylabel, logx) in FIGURES.items():
+    for component, (stem, title, ylabel, logx, sharey) in FIGURES.items():
         view = table[(table["component"] == component) & ((table["distance"] > 0) | (not logx))]
         if view.empty:
             continue
         panels = list(view.groupby(["encoder", "source"], sort=False))
         cols = min(4, len(panels))
         rows = math.ceil(len(panels) / cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 0.4, 2.9 * rows + 0.5), sharey=True,
+        fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 0.4, 2.9 * rows + 0.5), sharey=sharey,
                                  squeeze=False, constrained_layout=True)
         for ax, ((encoder, source), panel) in zip(axes.flat, panels):
             for scaling, curve in panel.groupby("scaling", sort=False):

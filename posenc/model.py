@@ -8,6 +8,7 @@ LM head tied to the embedding). Position information enters only through the enc
 from __future__ import annotations
 
 import logging
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -137,10 +138,10 @@ def blocked_causal_attention(
 FLEX_BLOCK = 128  # FlexAttention's default block size
 @dataclass
 class FlexState:
-    """Process-wide FlexAttention state: compiled kernels, which (score_mod, length) pairs have a
-    length-specialized one, and why flex does not run here (set on the first failure)."""
+    """Process-wide FlexAttention state: compiled kernels per (kind, score_mod), which (score_mod, length)
+    pairs have a length-specialized one, and why flex does not run here (set on the first failure)."""
 
-    kernels: dict[str, Callable[..., Tensor]] = field(default_factory=dict)
+    kernels: dict[tuple[str, object], Callable[..., Tensor]] = field(default_factory=dict)
     static_keys: set[tuple[object, int]] = field(default_factory=set)
     broken: str | None = None
 
@@ -154,18 +155,18 @@ def flex_causal_attention(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable[.
 
     Only the blocks on or below the diagonal are computed; no ``[s, s]`` tensor exists. One sequence per
     call, so a kernel is specialized to a length only: length-specialized kernels run ~15% faster than a
-    shape-generic one on CPU, and the first ``STATIC_FLEX_KERNELS`` (score_mod, length) pairs get one;
+    shape-generic one on CPU, and the first ``STATIC_FLEX_KERNELS`` lengths of each score_mod get one;
     later ones share a generic kernel (Dynamo recompiles a function at most 8 times, and past that would
     fall back to eager FlexAttention, which builds the whole ``[s, s]`` score matrix). Shapes as in
     :func:`causal_attention`.
     """
     seq = q.shape[-2]
-    key = (score_mod.__code__, seq)
-    if key in _flex.static_keys or len(_flex.static_keys) < STATIC_FLEX_KERNELS:
+    code = score_mod.__code__
+    key = (code, seq)
+    static = key in _flex.static_keys or sum(c is code for c, _ in _flex.static_keys) < STATIC_FLEX_KERNELS
+    if static:
         _flex.static_keys.add(key)
-        kernel = _compiled("static", _flex_static, dynamic=False)
-    else:
-        kernel = _compiled("dynamic", _flex_dynamic, dynamic=True)
+    kernel = _kernel("static" if static else "dynamic", code)
     mask = causal_block_mask(seq, q.device)
     outputs = [kernel(q[i : i + 1], k[i : i + 1], v[i : i + 1], score_mod, mask) for i in range(q.shape[0])]
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
@@ -174,20 +175,23 @@ def flex_causal_attention(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable[.
 STATIC_FLEX_KERNELS = 6
 
 
-def _compiled(name: str, fn: Callable[..., Tensor], dynamic: bool) -> Callable[..., Tensor]:
-    if name not in _flex.kernels:
-        _flex.kernels[name] = torch.compile(fn, dynamic=dynamic)
-    return _flex.kernels[name]
+def _kernel(kind: str, code: object) -> Callable[..., Tensor]:
+    """The compiled FlexAttention call for (``kind``, score_mod ``code``): a frame of its own for each.
+
+    Dynamo keeps compiled code and recompile budgets per frame. One frame shared by several score_mods
+    recompiles for each, and with dynamic shapes on CPU (torch 2.13) a frame compiled for T5's score_mod and
+    then recompiled for KERPLE's generates C++ that does not compile; a copy of the function (same body,
+    new code object) per (kind, score_mod) avoids that and gives each its own recompile budget.
+    """
+    if (kind, code) not in _flex.kernels:
+        body = _flex_call.__code__.replace(co_name=f"_flex_{kind}_{len(_flex.kernels)}")
+        frame = types.FunctionType(body, _flex_call.__globals__, body.co_name)
+        _flex.kernels[(kind, code)] = torch.compile(frame, dynamic=kind == "dynamic")
+    return _flex.kernels[(kind, code)]
 
 
-# Two functions (two code objects), so the static and the generic kernel have separate recompile budgets.
-def _flex_static(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable[..., Tensor], block_mask) -> Tensor:
-    from torch.nn.attention.flex_attention import flex_attention
-
-    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)  # type: ignore[return-value]
-
-
-def _flex_dynamic(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable[..., Tensor], block_mask) -> Tensor:
+def _flex_call(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable[..., Tensor], block_mask) -> Tensor:
+    """The body every compiled FlexAttention frame runs (see :func:`_kernel`)."""
     from torch.nn.attention.flex_attention import flex_attention
 
     return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)  # type: ignore[return-value]

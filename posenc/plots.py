@@ -121,7 +121,7 @@ def plot_panels(
     styles = {name: LINE_STYLES[i % len(LINE_STYLES)] for i, name in enumerate(names)}
     cols = min(4, len(panels))
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.7 * cols + 1.6, 3.0 * rows + 0.5), sharey=True,
+    fig, axes = plt.subplots(rows, cols, figsize=(max(7.0, 3.7 * cols + 1.6), 3.0 * rows + 0.7), sharey=True,
                              squeeze=False, constrained_layout=True)
     for ax, (name, part) in zip(axes.flat, panels):
         _draw(ax, part, metric, part["line"], colours, styles)
@@ -134,7 +134,7 @@ def plot_panels(
         ax.set_visible(False)
     handles = [plt.Line2D([], [], color=colours[n], linestyle=styles[n], marker="o", markersize=3) for n in names]
     fig.legend(handles, names, fontsize=8, loc="outside right upper", frameon=False)
-    fig.suptitle(f"{title}: {LABELS.get(metric, metric)} ({_seeds(view)})", fontsize=10)
+    fig.suptitle(f"{title}: {LABELS.get(metric, metric)}\n({_seeds(view)})", fontsize=10)
     paths = _save(fig, out_dir, stem)
     plt.close(fig)
     return paths

@@ -70,21 +70,25 @@ def read_table(out_dir: Path, stem: str) -> pd.DataFrame | None:
         raise PosencError(f"cannot update {path}: unreadable ({type(err).__name__}); move it away first") from err
 
 
-def write_tables(table: pd.DataFrame, out_dir: Path, stem: str, summary: str | None = None) -> list[Path]:
-    """Write ``table`` as CSV, Parquet and Markdown into ``out_dir``, each file atomically.
+def write_tables(
+    table: pd.DataFrame, out_dir: Path, stem: str, summary: str | None = None, markdown: bool = True
+) -> list[Path]:
+    """Write ``table`` as CSV, Parquet and (unless ``markdown`` is False) Markdown into ``out_dir``, each file
+    atomically.
 
-    ``summary`` (Markdown text), if given, goes to ``<stem>_summary.md``.
+    ``summary`` (Markdown text), if given, goes to ``<stem>_summary.md``: for tables too long to read as
+    Markdown (``posenc kernels``: a row per distance), the summary is the Markdown view.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise PosencError(f"--out is not a directory: {out_dir}")
-    paths = [out_dir / f"{stem}.{ext}" for ext in ("csv", "parquet", "md")]
-    csv_path, parquet_path, md_path = paths
+    paths = [out_dir / f"{stem}.{ext}" for ext in ("csv", "parquet", "md")[: 3 if markdown else 2]]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        run_io.atomic_write_text(csv_path, table.to_csv(index=False))
-        run_io.atomic_write(parquet_path, lambda f: table.to_parquet(f, index=False))
-        run_io.atomic_write_text(md_path, table.to_markdown(index=False, floatfmt=".4f") + "\n")
+        run_io.atomic_write_text(paths[0], table.to_csv(index=False))
+        run_io.atomic_write(paths[1], lambda f: table.to_parquet(f, index=False))
+        if markdown:
+            run_io.atomic_write_text(paths[2], table.to_markdown(index=False, floatfmt=".4f") + "\n")
         if summary is not None:
             paths.append(out_dir / f"{stem}_summary.md")
             run_io.atomic_write_text(paths[-1], summary)

@@ -111,6 +111,21 @@ def test_flex_attention_equals_query_blocks_and_the_dense_reference(name):
     torch.testing.assert_close(auto, flex)
 
 
+def test_generic_flex_kernels_of_different_score_mods_compile_side_by_side(monkeypatch):
+    """Regression: T5's then KERPLE's score_mod through one shared shape-generic compiled frame generated C++
+    that did not compile (torch 2.13 CPU), which marked flex broken for the whole process."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    monkeypatch.setattr(model_module, "STATIC_FLEX_KERNELS", 0)  # every length: the shape-generic kernel
+    monkeypatch.setattr(model_module, "_flex", model_module.FlexState())
+    for name in ("t5", "kerple"):
+        encoder = build_encoder(name, AttentionShape(32, 2), 64)
+        q, k, v = (torch.randn(1, 2, 300, 16) for _ in range(3))
+        flex = model_module.flex_causal_attention(q, k, v, encoder.score_mod())
+        blocked = model_module.blocked_causal_attention(q, k, v, torch.arange(300), encoder)
+        torch.testing.assert_close(flex, blocked, atol=2e-5, rtol=1e-4)
+    assert model_module._flex.broken is None and len(model_module._flex.kernels) == 2
+
+
 def test_auto_attention_falls_back_to_query_blocks_when_flex_cannot_run(monkeypatch, caplog):
     encoder = build_encoder("alibi", AttentionShape(32, 4), 64)
 

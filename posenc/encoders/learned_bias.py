@@ -117,15 +117,15 @@ class FIRE(PositionalEncoder):
     a learned multiplier ``s`` (initialised 1) and ``init_threshold = 512``; MLP initialised like
     ``nn.Linear`` (``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weights and biases); ``eps = 1e-6``.
 
-    The MLP is evaluated at every (query, key) pair: ``s_q * s_k * mlp_width`` floats, so long sequences are
-    processed ``FIRE_CHUNK_ELEMENTS`` at a time. No FlexAttention form (an MLP per score); long sequences use
-    the model's query blocks.
+    The MLP is evaluated at every (query, key) pair, in its exact piecewise-linear form (a search among its
+    ``mlp_width`` kinks and one multiply-add per head, :func:`posenc.functional.fire_mlp_pieces`), queries
+    ``FIRE_CHUNK_ELEMENTS`` at a time. No FlexAttention form; long sequences use the model's query blocks.
     """
 
     description = "learned MLP of log-normalised distance, progressive interpolation (Li et al. 2024)"
     has_score_bias = True
     eps = 1e-6
-    FIRE_CHUNK_ELEMENTS = 1 << 24  # hidden activations computed at once (64 MiB in fp32)
+    FIRE_CHUNK_ELEMENTS = 1 << 24  # elements of the per-chunk temporaries (64 MiB in fp32)
 
     def __init__(
         self,
@@ -158,7 +158,8 @@ class FIRE(PositionalEncoder):
 
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         params = (self.c, self.threshold, self.w1, self.b1, self.w2, self.b2)
-        rows = max(1, self.FIRE_CHUNK_ELEMENTS // max(1, k_positions.numel() * self.w1.shape[0]))
+        per_row = k_positions.numel() * (self.shape.n_heads + 3)  # x, piece index, bias per head, temporaries
+        rows = max(1, self.FIRE_CHUNK_ELEMENTS // max(1, per_row))
         chunks = [
             F.fire_bias(q_positions[start : start + rows], k_positions, *params, eps=self.eps)
             for start in range(0, q_positions.numel(), rows)

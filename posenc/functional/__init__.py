@@ -24,6 +24,8 @@ from posenc.functional.learned_bias import (
     fire_psi,
     fire_normalized_distance,
     fire_mlp,
+    fire_mlp_pieces,
+    fire_mlp_piecewise,
     fire_bias,
     randomized_positions,
 )
@@ -59,6 +61,8 @@ __all__ = [
     "fire_psi",
     "fire_normalized_distance",
     "fire_mlp",
+    "fire_mlp_pieces",
+    "fire_mlp_piecewise",
     "fire_bias",
     "randomized_positions",
     "rope_inv_freq",
