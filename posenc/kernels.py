@@ -39,7 +39,6 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from posenc import io as run_io
 from posenc.encoders import ENCODERS, AttentionShape, PositionalEncoder, build_encoder, check_encoder_name
 from posenc.errors import PosencError, PositionRangeError
 
@@ -398,15 +397,6 @@ def summary_markdown(table: pd.DataFrame, factor: float) -> str:
 # ---------------------------------------------------------------------------------------------- figures
 
 
-def _save(fig, out_dir: Path, stem: str) -> list[Path]:
-    paths = []
-    for ext in ("png", "svg"):
-        path = Path(out_dir) / f"{stem}.{ext}"
-        run_io.atomic_write(path, lambda f, ext=ext: fig.savefig(f, format=ext, dpi=150))
-        paths.append(path)
-    return paths
-
-
 def _source_label(encoder: str, source: str) -> str:
     if source == UNTRAINED:
         return encoder
@@ -447,10 +437,9 @@ def write_figures(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     (mean over heads), and the heads as light lines where they differ (biases). Log2 x axes start at
     distance 1; a dotted line marks the training length.
     """
-    import matplotlib
+    from posenc.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")  # files only: works without a display, in jobs and CI
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     scalings = list(dict.fromkeys(table["scaling"]))
@@ -487,6 +476,6 @@ def write_figures(table: pd.DataFrame, out_dir: Path) -> list[Path]:
         for ax in list(axes.flat)[len(panels):]:
             ax.set_visible(False)
         fig.suptitle(title, fontsize=10)
-        pngs.append(_save(fig, out_dir, stem)[0])
+        pngs.append(save_figure(fig, out_dir, stem)[0])
         plt.close(fig)
     return pngs

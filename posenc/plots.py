@@ -15,10 +15,12 @@ LABELS = {
 BOUNDED = ("exact_match", "token_accuracy")  # shares: axis and bands clipped to [0, 1]
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (works without a display, in jobs and CI)."""
     import matplotlib
 
-    matplotlib.use("Agg")  # files only: works without a display, in jobs and CI
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "posenc"  # fixed SVG ids: the same figure gives the same file
     import matplotlib.pyplot as plt
 
     return plt
@@ -26,7 +28,7 @@ def _pyplot():
 
 def _colours(names: list[str]) -> dict[str, tuple]:
     """A distinct colour per name: matplotlib's tab10, or tab20 when there are more than 10 names."""
-    plt = _pyplot()
+    plt = pyplot()
     cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
     return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
 
@@ -63,11 +65,13 @@ def _seeds(view: pd.DataFrame) -> str:
     return f"mean of {n} seeds, 95% CI band" if n > 1 else f"{n} seed, no interval"
 
 
-def _save(fig, out_dir: Path, stem: str) -> list[Path]:
+def save_figure(fig, out_dir: Path, stem: str) -> list[Path]:
+    """Write ``fig`` as ``<stem>.png`` and ``<stem>.svg`` (atomically, without a creation date)."""
     paths = []
     for ext in ("png", "svg"):
         path = Path(out_dir) / f"{stem}.{ext}"
-        run_io.atomic_write(path, lambda f, ext=ext: fig.savefig(f, format=ext, dpi=150))
+        metadata = {"Date": None} if ext == "svg" else None
+        run_io.atomic_write(path, lambda f, ext=ext, m=metadata: fig.savefig(f, format=ext, dpi=150, metadata=m))
         paths.append(path)
     return paths
 
@@ -84,7 +88,7 @@ def plot_metric(
     """
     from posenc.extrapolate import labels
 
-    plt = _pyplot()
+    plt = pyplot()
     view = comparison[comparison["task"] == task]
     names = labels(view)
     fig, ax = plt.subplots(figsize=(7.6, 4.2), constrained_layout=True)
@@ -96,7 +100,7 @@ def plot_metric(
     order = sorted(range(len(texts)), key=texts.__getitem__)
     ax.legend([handles[i] for i in order], [texts[i] for i in order], fontsize=8, loc="upper left",
               bbox_to_anchor=(1.01, 1.0), frameon=False)
-    paths = _save(fig, out_dir, stem or f"{task}_{metric}")
+    paths = save_figure(fig, out_dir, stem or f"{task}_{metric}")
     plt.close(fig)
     return paths
 
@@ -112,7 +116,7 @@ def plot_panels(
     """Small multiples of ``metric`` vs evaluation length: one panel per value of ``panel``, one line per
     value of ``line`` (the same colour and style in every panel; legend in ``order``, else sorted), a shared
     y axis; writes ``<stem>.png`` and ``.svg``."""
-    plt = _pyplot()
+    plt = pyplot()
     view = view.assign(panel=panel, line=line)
     panels = list(view.groupby("panel", sort=True))
     present = set(view["line"])
@@ -135,7 +139,7 @@ def plot_panels(
     handles = [plt.Line2D([], [], color=colours[n], linestyle=styles[n], marker="o", markersize=3) for n in names]
     fig.legend(handles, names, fontsize=8, loc="outside right upper", frameon=False)
     fig.suptitle(f"{title}: {LABELS.get(metric, metric)}\n({_seeds(view)})", fontsize=10)
-    paths = _save(fig, out_dir, stem)
+    paths = save_figure(fig, out_dir, stem)
     plt.close(fig)
     return paths
 
