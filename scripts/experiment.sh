@@ -28,5 +28,5 @@ start=$(date +%s)
 "$posenc" train -m "experiment=$name" "hydra.sweep.dir=$sweep" "$@"
 trained=$(date +%s)
 "$posenc" runs --runs "$sweep" --out "$out"
-"$posenc" compare --runs "$sweep" --out "$out" "${compare[@]}"
+"$posenc" compare --runs "$sweep" --out "$out" ${compare[@]+"${compare[@]}"}  # empty-safe on bash 3
 echo "$name: sweep $((trained - start)) s, runs + compare $(($(date +%s) - trained)) s" >&2
