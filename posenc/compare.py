@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from posenc.errors import PosencError
+from posenc.evaluate import perplexity
 
 GROUP = ["task", "encoder", "train_length", "eval_length", "scaling", "depth"]
 METRICS = ("exact_match", "token_accuracy", "loss", "perplexity")
@@ -66,7 +67,7 @@ def with_depth_means(table: pd.DataFrame) -> pd.DataFrame:
         n_sequences=("n_sequences", "sum"), seconds=("seconds", "sum"),
         note=("note", lambda notes: next((n for n in notes.fillna("") if n), "")),
     ).reset_index()
-    means = means.assign(depth=math.nan, perplexity=means["loss"].map(lambda x: math.exp(min(x, 700.0))))
+    means = means.assign(depth=math.nan, perplexity=means["loss"].map(perplexity))
     return pd.concat([table, means[table.columns]], ignore_index=True)
 
 
@@ -96,9 +97,9 @@ def aggregate(table: pd.DataFrame) -> pd.DataFrame:
 
 def report_metrics(task: str) -> tuple[str, ...]:
     """The metrics tables and figures show for ``task`` (its ``report_metrics``; lm: perplexity first)."""
-    from posenc.tasks import TASKS
+    from posenc.tasks import TASKS, Task
 
-    return getattr(TASKS.get(task), "report_metrics", ("exact_match", "token_accuracy", "loss"))
+    return TASKS.get(task, Task).report_metrics
 
 
 def pivot(comparison: pd.DataFrame, metric: str = "exact_match", task: str | None = None) -> pd.DataFrame:

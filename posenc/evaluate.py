@@ -25,6 +25,11 @@ def answer_loss(logits: Tensor, batch: Batch) -> Tensor:
     return torch.where(mask, per_token, 0.0).sum() / mask.sum().clamp(min=1)
 
 
+def perplexity(loss: float) -> float:
+    """``exp(loss)`` for a mean loss in nats, capped at ``exp(700)`` (no overflow); NaN stays NaN."""
+    return math.exp(min(loss, 700.0)) if not math.isnan(loss) else math.nan
+
+
 @dataclass
 class Scores:
     """Sums over answer tokens and sequences; combine batches by adding, then read the means."""
@@ -48,7 +53,7 @@ class Scores:
         n = max(self.answer_tokens, 1)
         return {
             "loss": self.loss_sum / n,
-            "perplexity": math.exp(min(self.loss_sum / n, 700.0)),  # per answer token; lm: per byte
+            "perplexity": perplexity(self.loss_sum / n),  # per answer token; lm: per byte
             "token_accuracy": self.correct_tokens / n,
             "exact_match": self.exact_sequences / max(self.sequences, 1),
             "n_sequences": self.sequences,

@@ -12,10 +12,10 @@ import torch
 import yaml
 
 from posenc import io as run_io
-from posenc.encoders import RotaryEncoder
+from posenc.encoders import ENCODERS, RotaryEncoder
 from posenc.config import MAX_LENGTH
 from posenc.errors import PosencError, PositionRangeError
-from posenc.evaluate import default_sequences, evaluate
+from posenc.evaluate import default_sequences, evaluate, perplexity
 from posenc.progress import make_progress
 from posenc.tables import describe_run
 
@@ -83,9 +83,29 @@ def doubling_lengths(train_length: int, up_to: int) -> list[int]:
 def _train_length(run: Path) -> int:
     """The run's training length from its ``config.yaml`` (cheap: no checkpoint is read); 64 if unreadable."""
     try:
-        return int(yaml.safe_load((run / run_io.CONFIG_FILE).read_text())["task"]["length"])
-    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        return int(_run_config(run)["task"]["length"])
+    except (ValueError, KeyError, TypeError):
         return 64
+
+
+def _run_config(run: Path) -> dict:
+    """The run's ``config.yaml`` as a mapping; empty if unreadable (loading the run then says why)."""
+    try:
+        config = yaml.safe_load((run / run_io.CONFIG_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def scalings_for(run: Path, scalings: list[RopeScaling]) -> list[RopeScaling]:
+    """The RoPE scalings ``run`` is evaluated under: all of ``scalings`` for a rotary encoder; for any other
+    encoder only "none", as trained (the methods rescale rotary frequencies, which it has none of)."""
+    from posenc.functional.rope_scaling import RopeScaling
+
+    encoder = (_run_config(run).get("encoder") or {}).get("name")
+    if isinstance(encoder, str) and issubclass(ENCODERS.get(encoder, object), RotaryEncoder):
+        return scalings
+    return [RopeScaling(NO_SCALING)]
 
 
 def extrapolate(
@@ -124,12 +144,13 @@ def extrapolate(
 
     dev = resolve_device(device)
     scalings = scalings or [RopeScaling(NO_SCALING)]
-    labels = [scaling_label(sc) for sc in scalings]
+    plan = {run: scalings_for(run, scalings) for run in runs}
     wanted = {run: [n for n in (lengths or doubling_lengths(_train_length(run), up_to))
-                    if any((describe_run(run), n, label) not in done for label in labels)] for run in runs}
+                    if any((describe_run(run), n, scaling_label(sc)) not in done for sc in plan[run])]
+              for run in runs}
     rows, skipped = [], []
     with make_progress(progress, fields="{task.fields[current]}") as bar:
-        total = sum(map(len, wanted.values())) * len(scalings)  # corrected per run once it is loaded
+        total = sum(len(wanted[run]) * len(plan[run]) for run in runs)  # x depths once a run is loaded
         job = bar.add_task("evaluate", total=total, current="")
         for run in runs:
             if not wanted[run]:
@@ -140,13 +161,11 @@ def extrapolate(
                 cfg, task, model = run_io.load_run(run, dev)
             except PosencError as err:
                 skipped.append(str(err))
-                bar.advance(job, len(wanted[run]) * len(scalings))
+                bar.advance(job, len(wanted[run]) * len(plan[run]))
                 continue
-            mine = scalings
-            if not isinstance(model.encoder, RotaryEncoder) and len(scalings) > 1:
-                mine = [RopeScaling(NO_SCALING)]  # the methods rescale rotary frequencies: nothing to do here
+            mine = plan[run]
             depths = list(task.eval_depths) or [None]
-            total += len(wanted[run]) * (len(mine) * len(depths) - len(scalings))
+            total += len(wanted[run]) * len(mine) * (len(depths) - 1)
             bar.update(job, total=total)
             for scaling in mine:
                 label = scaling_label(scaling)
@@ -214,11 +233,6 @@ def upgrade(table: pd.DataFrame) -> pd.DataFrame:
     if "perplexity" not in table.columns:
         missing["perplexity"] = table["loss"].map(perplexity)
     return table.assign(**missing)[COLUMNS] if missing else table[COLUMNS]
-
-
-def perplexity(loss: float) -> float:
-    """``exp(loss)`` for a mean loss in nats; inf past float range, NaN for NaN."""
-    return math.exp(loss) if loss < 700 else math.inf
 
 
 def row_keys(table: pd.DataFrame) -> list[tuple]:

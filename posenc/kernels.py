@@ -254,23 +254,12 @@ def kernel(
 
 
 def parse_scaling(text: str) -> list[str]:
-    """RoPE scaling methods from ``--rope-scaling``: keys of ``ROPE_SCALING``; ``none`` = as trained.
+    """RoPE scaling methods from ``--rope-scaling``, parsed as ``posenc extrapolate`` does
+    (:func:`posenc.extrapolate.parse_scalings`); ``none`` = as trained (``set_rope_scaling(None)``: an
+    encoder with its own default scaling, such as ``rope_ntk``, keeps it). Unknown methods raise."""
+    from posenc.extrapolate import parse_scalings
 
-    As in ``posenc extrapolate``, ``none`` leaves the encoder as trained (``set_rope_scaling(None)``: an
-    encoder with its own default scaling, such as ``rope_ntk``, keeps it). Unknown methods raise.
-    """
-    from posenc.functional.rope_scaling import ROPE_SCALING
-
-    methods = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
-    if not methods:
-        known = ", ".join(ROPE_SCALING)
-        raise PosencError(f"--rope-scaling needs at least one method; known methods: {known}")
-    for method in methods:
-        if method not in ROPE_SCALING:
-            raise PosencError(
-                f"--rope-scaling: unknown method '{method}'; known methods: {', '.join(ROPE_SCALING)}"
-            )
-    return methods
+    return [scaling.method for scaling in parse_scalings(text)]
 
 
 def scaled(encoder: PositionalEncoder, method: str, factor: float) -> PositionalEncoder | None:

@@ -175,7 +175,8 @@ def write_report(
             parts.append(f"### {task}: RoPE context extension at evaluation\n\n"
                          "The same rotary checkpoints evaluated under each `--rope-scaling` method, no "
                          "retraining; the factor follows the evaluation length (s = L'/L) unless a label "
-                         "says `:<factor>`." + (" Scores over all depths; by depth in the figure above."
+                         "says `:<factor>` (so `dynamic_ntk`, Hugging Face's formula with factor 1, equals "
+                         "`ntk` here; they differ only with a fixed `--rope-factor`)." + (" Scores over all depths; by depth in the figure above."
                                                 if len(depths) else "") + "\n")
             for metric in metrics[:2]:
                 view = scaled[(scaled["task"] == task) & scaled["depth"].isna()]

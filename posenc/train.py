@@ -181,6 +181,7 @@ def train(
             if t.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
             optimizer.step()
+            model.encoder.project_parameters()  # e.g. KERPLE's r1, r2 >= eps, also when the step is compiled
             scheduler.step()
             if step % t.log_every == 0 or step == t.steps:
                 check_finite(step)

@@ -67,6 +67,9 @@ CASES = [
     ("rope_partial fraction out of range", ["train", "encoder=rope_partial", "encoder.fraction=1.5"]),
     ("passkey depth out of range", ["train", "task=passkey", "task.depth=2.0"]),
     ("lm corpus folder missing", ["train", "task=lm", "task.corpus={tmp}/no-corpus"]),
+    ("lm corpus too small to split", ["train", "task=lm", "task.corpus={tmp}/tiny-corpus", "task.pattern=*.txt"]),
+    ("lm window longer than the training text", ["train", "task=lm", "task.corpus={tmp}/small-corpus",
+                                                 "task.pattern=*.txt", "task.length=4096"]),
 ]
 
 
@@ -79,6 +82,11 @@ def workspace(tmp_path_factory, request) -> Path:
     out = tmp / "out"
     assert runner.invoke(app, ["extrapolate", "--runs", str(tmp / "run"), "--lengths", "16", "--out", str(out)]).exit_code == 0
     (tmp / "empty").mkdir()
+    (tmp / "tiny-corpus").mkdir()
+    (tmp / "tiny-corpus" / "one.txt").write_text("ab")  # one file of two bytes: no held-out split
+    (tmp / "small-corpus").mkdir()
+    for i in range(20):
+        (tmp / "small-corpus" / f"t{i}.txt").write_text("x = 1\n" * 20)  # 2,400 bytes in all
     for name, content in [("garbage", b"not a checkpoint"), ("unfinished", (tmp / "run" / CHECKPOINT_FILE).read_bytes())]:
         (tmp / name).mkdir()
         (tmp / name / CHECKPOINT_FILE).write_bytes(content)

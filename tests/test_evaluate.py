@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 import torch
 
 from posenc.evaluate import Scores, default_sequences, eval_generator
@@ -39,3 +41,11 @@ def test_eval_data_is_fixed_per_length():
     assert torch.equal(torch.randint(9, (5,), generator=eval_generator(64)),
                        torch.randint(9, (5,), generator=eval_generator(64)))
     assert default_sequences(512) == 64 and default_sequences(8192) == 4
+
+
+def test_perplexity_is_exp_loss_capped_and_nan_for_nan():
+    from posenc.evaluate import perplexity
+
+    assert perplexity(0.0) == 1.0 and perplexity(math.log(5.0)) == pytest.approx(5.0)
+    assert math.isfinite(perplexity(1000.0)) and perplexity(1000.0) == math.exp(700.0)
+    assert math.isnan(perplexity(math.nan))  # a row with no value (a learned table too short) stays empty

@@ -55,3 +55,18 @@ def test_parse_scalings():
         parse_scalings("rope")
     with pytest.raises(PosencError, match="--rope-factor must be a positive number"):
         parse_scalings("yarn", 0.0)
+
+
+def test_a_single_scaling_method_labels_only_rotary_runs_with_it(trained_runs):
+    """`--rope-scaling yarn` alone: rope evaluated under YaRN, learned as trained (and labelled so)."""
+    from posenc.extrapolate import extrapolate, scaling_note
+    from posenc.functional.rope_scaling import RopeScaling
+    from posenc.io import find_runs
+
+    scalings = [RopeScaling("yarn")]
+    table, skipped = extrapolate(find_runs([trained_runs]), [16, 32], sequences=4, device="cpu",
+                                 progress=False, scalings=scalings)
+    assert skipped == []
+    assert dict(table.groupby("encoder")["scaling"].unique().map(list)) == {"learned": ["none"], "rope": ["yarn"]}
+    assert table.loc[table["encoder"] == "learned", "scaling_factor"].isna().all()
+    assert scaling_note(table, scalings).endswith("evaluated as trained: learned")

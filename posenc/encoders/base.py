@@ -46,6 +46,10 @@ class PositionalEncoder(nn.Module):
         """
         return positions
 
+    def project_parameters(self) -> None:
+        """Put trained parameters back into their allowed range; training calls it after every optimizer
+        step (outside any compiled graph). Default: nothing to do."""
+
     def check_positions(self, length: int) -> None:
         """Raise :class:`PositionRangeError` if positions ``0..length-1`` cannot be encoded."""
 

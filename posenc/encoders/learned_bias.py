@@ -72,8 +72,10 @@ class KerpleLog(PositionalEncoder):
 
     As in the authors' reference code (github.com/chijames/KERPLE, ``ParallelKerpleLog``): ``r1 ~ U(0, 2)``
     and ``r2 ~ U(0, 1)`` per head at initialisation, and both are kept positive by clamping their values
-    to ``>= eps = 0.01`` before every use (a projection: the stored parameters are clamped in place, so
-    the optimizer continues from the clamped values, and gradients pass unchanged at the bound).
+    to ``>= eps = 0.01`` (a projection: the stored parameters are clamped in place, so the optimizer
+    continues from the clamped values, and gradients pass unchanged at the bound). The reference projects
+    at every forward; here too in eager mode, and after every optimizer step (:meth:`project_parameters`),
+    which also covers compiled training, where the in-place projection cannot run inside the graph.
     """
 
     description = "learned logarithmic distance penalty per head (Chi et al. 2022, KERPLE)"
@@ -85,13 +87,15 @@ class KerpleLog(PositionalEncoder):
         self.r1 = nn.Parameter(torch.rand(shape.n_heads) * 2)
         self.r2 = nn.Parameter(torch.rand(shape.n_heads))
 
+    def project_parameters(self) -> None:
+        # `.data`: no autograd version bump; the reference code's projection. Idempotent.
+        self.r1.data.clamp_(min=self.eps)
+        self.r2.data.clamp_(min=self.eps)
+
     def positive_parameters(self) -> tuple[Tensor, Tensor]:
         """``(r1, r2)`` ``[n_h]`` each, clamped to ``>= eps`` (projected in place, outside compilation)."""
         if not torch.compiler.is_compiling():
-            # `.data`: no autograd version bump; the reference code's projection. Idempotent, so calling it
-            # once per layer and query block changes nothing after the first.
-            self.r1.data.clamp_(min=self.eps)
-            self.r2.data.clamp_(min=self.eps)
+            self.project_parameters()  # once per layer and query block: a no-op after the first
         return self.r1.clamp(min=self.eps), self.r2.clamp(min=self.eps)
 
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:

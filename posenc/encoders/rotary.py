@@ -86,10 +86,6 @@ class RotaryEncoder(PositionalEncoder):
         # Rounded to the trained buffer's dtype: "none" (and NTK at L' <= L) reproduce it bit for bit.
         return inv_freq.to(dtype=self.inv_freq.dtype, device=self.inv_freq.device), scale
 
-    def inv_freq_for(self, length: int) -> Tensor:
-        """Inverse frequencies used for a sequence of ``length`` tokens, ``[rotary_dim/2]``."""
-        return self.scaling_for(length)[0]
-
     # -- rotations -------------------------------------------------------------------------------------
 
     def rotations(self, positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:

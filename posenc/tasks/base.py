@@ -53,6 +53,10 @@ class Task:
         tokens, answer = self.sequences(batch_size, length, generator)
         return Batch(tokens[:, :-1], tokens[:, 1:], answer[:, 1:])
 
+    def check_length(self, length: int) -> None:
+        """Raise :class:`ConfigError` if the task cannot train at ``length`` (beyond ``min_length``, which
+        the config checks): e.g. ``lm`` windows longer than its training text. Default: any length."""
+
     def describe_data(self) -> str:
         """One line naming the data this task reads where it comes from outside posenc (``lm``'s corpus),
         for logs and reports; empty for generated tasks."""

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.errors import ConfigError
+from posenc.errors import ConfigError, PositionRangeError
 from posenc.tasks.base import Task
 
 #: Folders skipped in the stdlib default (installed packages and the test suites).
@@ -95,7 +95,10 @@ def load_corpus(corpus: str, pattern: str, max_bytes: int, eval_fraction: float)
     for name in sorted(names, key=lambda n: _hash_parts(n)[0]):
         if total >= max_bytes:
             break
-        data = (root / name).read_bytes()[: max_bytes - total]
+        try:
+            data = (root / name).read_bytes()[: max_bytes - total]
+        except OSError as err:
+            raise ConfigError(f"task.corpus: cannot read {root / name}: {err.strerror or err}") from err
         if data:
             chunks.append((name, data))
             total += len(data)
@@ -115,6 +118,12 @@ def load_corpus(corpus: str, pattern: str, max_bytes: int, eval_fraction: float)
         train_bytes = b"".join(data for name, data in chunks if name not in held_set)
         eval_bytes = b"".join(data for name, data in chunks if name in held_set)
         held = tuple(name for name, _ in chunks if name in held_set)
+    for split, part in (("training", train_bytes), ("held-out", eval_bytes)):
+        if not part:
+            raise ConfigError(
+                f"task.corpus: the {split} split of {root} ({pattern}, {total:,} bytes read) is empty; "
+                "use more text, a larger task.max_bytes or another task.eval_fraction"
+            )
     digest = hashlib.sha256(train_bytes + b"\0posenc-eval\0" + eval_bytes).hexdigest()
     loaded = Corpus(
         root=str(root), pattern=pattern, files=tuple(name for name, _ in chunks), held_out=held,
@@ -181,16 +190,23 @@ class LanguageModelling(Task):
             f"({i['eval_files']} files, {i['eval_bytes']:,} bytes held out), sha256 {i['sha256']}"
         )
 
+    def check_length(self, length: int) -> None:
+        """Training windows of ``length + 1`` bytes must fit in the training split."""
+        if self.corpus.train.numel() < length + 1:
+            raise ConfigError(self._too_short("training", length))
+
+    def _too_short(self, split: str, length: int) -> str:
+        data = self.corpus.train if split == "training" else self.corpus.eval
+        return (f"task 'lm': the {split} split of the corpus has {data.numel():,} bytes, fewer than a window "
+                f"at length {length} needs ({length + 1:,}); use a larger corpus or task.max_bytes")
+
     def sequences(self, batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         data = self.corpus.train if self.split == "train" else self.corpus.eval
         window = length + 1
-        if data.numel() < window:
-            split = "training" if self.split == "train" else "held-out"
-            raise ConfigError(
-                f"task 'lm': the {split} split of the corpus has "
-                f"{data.numel():,} bytes, fewer than a window at length {length} needs ({window:,}); "
-                "use a larger corpus or task.max_bytes"
-            )
+        if data.numel() < window:  # evaluation: a row with a note for this length; training: an error
+            if self.split == "train":
+                raise ConfigError(self._too_short("training", length))
+            raise PositionRangeError(self._too_short("held-out", length))
         starts = torch.randint(data.numel() - window + 1, (batch_size, 1), generator=generator)
         tokens = 2 + data[starts + torch.arange(window)].long()  # [b, length + 1]
         answer = torch.ones_like(tokens, dtype=torch.bool)

@@ -169,3 +169,20 @@ def test_a_training_step_changes_the_encoder_and_keeps_initialisation_its_own(na
     optimizer.step()
     assert torch.isfinite(loss)
     assert any(not torch.equal(before[k], v) for k, v in model.encoder.state_dict().items())
+
+
+def test_training_projects_kerple_parameters_after_every_step(tmp_path, monkeypatch):
+    """The projection must not depend on the forward pass running eagerly (compiled training skips it)."""
+    from conftest import tiny_config, tiny_dict
+
+    from posenc.encoders.learned_bias import KerpleLog
+    from posenc.train import train
+
+    calls = []
+    monkeypatch.setattr(KerpleLog, "positive_parameters",
+                        lambda self: (self.r1.clamp(min=self.eps), self.r2.clamp(min=self.eps)))  # as compiled
+    original = KerpleLog.project_parameters
+    monkeypatch.setattr(KerpleLog, "project_parameters", lambda self: (calls.append(1), original(self)))
+    train(tiny_config("encoder=kerple"), tmp_path, tiny_dict("encoder=kerple"))
+    steps = tiny_config().train.steps
+    assert len(calls) == steps

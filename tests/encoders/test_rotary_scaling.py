@@ -144,7 +144,7 @@ def test_rope_ntk_is_bit_identical_to_its_reference_computation(length):
     rotation = F.rope_rotation(positions, F.rope_inv_freq(16, base), torch.complex64)  # the pre-refactor code
     q2, k2 = encoder.rotate(q, k, positions)
     assert torch.equal(q2, F.apply_rotation(q, rotation)) and torch.equal(k2, F.apply_rotation(k, rotation))
-    assert torch.equal(encoder.inv_freq_for(length), F.rope_inv_freq(16, base))
+    assert torch.equal(encoder.scaling_for(length)[0], F.rope_inv_freq(16, base))
 
 
 def test_another_scaling_replaces_rope_ntks_default():

@@ -7,7 +7,7 @@ import sysconfig
 import pytest
 import torch
 
-from posenc.errors import ConfigError
+from posenc.errors import ConfigError, PositionRangeError
 from posenc.tasks import LanguageModelling, build_task
 from posenc.tasks.lm import load_corpus
 
@@ -103,7 +103,7 @@ def test_errors_are_one_clear_line(tmp_path, corpus):
     )
     with pytest.raises(ConfigError, match=needle):
         task.sample(1, 5000, gen())
-    with pytest.raises(ConfigError, match="held-out split .* length 900"):
+    with pytest.raises(PositionRangeError, match="held-out split .* length 900"):  # evaluation: a note row
         task.for_evaluation().sample(1, 900, gen())
     for options, message in [({"eval_fraction": 0.0}, "eval_fraction must be in"),
                              ({"eval_fraction": 1}, "eval_fraction must be in"),
@@ -128,3 +128,25 @@ def test_default_corpus_is_this_pythons_stdlib():
     assert description.startswith("Python 3.") and info["sha256"] in description
     window = text_of(task.for_evaluation().sample(1, 200, gen()).inputs[0])
     assert window.isprintable() or "\n" in window
+
+
+def test_windows_longer_than_a_split_are_a_config_error_in_training_and_a_range_note_in_evaluation(corpus):
+    task = build_task("lm", {"corpus": str(corpus), "pattern": "*.txt"})
+    train_bytes, eval_bytes = task.corpus.train.numel(), task.corpus.eval.numel()
+    task.check_length(train_bytes - 1)  # the longest window that fits
+    with pytest.raises(ConfigError, match="training split of the corpus has"):
+        task.check_length(train_bytes)
+    with pytest.raises(ConfigError, match="training split"):
+        task.sample(1, train_bytes, gen())
+    with pytest.raises(PositionRangeError, match="held-out split of the corpus has"):  # a NaN row, not a crash
+        task.for_evaluation().sample(1, eval_bytes, gen())
+
+
+def test_a_corpus_too_small_to_split_or_unreadable_is_a_config_error(tmp_path):
+    (tmp_path / "one.txt").write_text("ab")
+    with pytest.raises(ConfigError, match="held-out split .* is empty"):
+        build_task("lm", {"corpus": str(tmp_path), "pattern": "*.txt"})
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "broken.txt").symlink_to(tmp_path / "nowhere.txt")  # matches, cannot be read
+    with pytest.raises(ConfigError, match="cannot read"):
+        build_task("lm", {"corpus": str(tmp_path / "locked"), "pattern": "*.txt"})
