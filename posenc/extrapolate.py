@@ -80,10 +80,10 @@ def doubling_lengths(train_length: int, up_to: int) -> list[int]:
     return lengths
 
 
-def _train_length(run: Path) -> int:
-    """The run's training length from its ``config.yaml`` (cheap: no checkpoint is read); 64 if unreadable."""
+def _train_length(config: dict) -> int:
+    """The training length in a run's ``config.yaml`` mapping (see :func:`_run_config`); 64 if absent."""
     try:
-        return int(_run_config(run)["task"]["length"])
+        return int(config["task"]["length"])
     except (ValueError, KeyError, TypeError):
         return 64
 
@@ -97,12 +97,13 @@ def _run_config(run: Path) -> dict:
     return config if isinstance(config, dict) else {}
 
 
-def scalings_for(run: Path, scalings: list[RopeScaling]) -> list[RopeScaling]:
-    """The RoPE scalings ``run`` is evaluated under: all of ``scalings`` for a rotary encoder; for any other
-    encoder only "none", as trained (the methods rescale rotary frequencies, which it has none of)."""
+def scalings_for(config: dict, scalings: list[RopeScaling]) -> list[RopeScaling]:
+    """The RoPE scalings a run (its ``config.yaml`` mapping) is evaluated under: all of ``scalings`` for a
+    rotary encoder; for any other encoder only "none", as trained (the methods rescale rotary frequencies,
+    which it has none of)."""
     from posenc.functional.rope_scaling import RopeScaling
 
-    encoder = (_run_config(run).get("encoder") or {}).get("name")
+    encoder = (config.get("encoder") or {}).get("name")
     if isinstance(encoder, str) and issubclass(ENCODERS.get(encoder, object), RotaryEncoder):
         return scalings
     return [RopeScaling(NO_SCALING)]
@@ -144,8 +145,9 @@ def extrapolate(
 
     dev = resolve_device(device)
     scalings = scalings or [RopeScaling(NO_SCALING)]
-    plan = {run: scalings_for(run, scalings) for run in runs}
-    wanted = {run: [n for n in (lengths or doubling_lengths(_train_length(run), up_to))
+    configs = {run: _run_config(run) for run in runs}  # cheap: no checkpoint is read yet
+    plan = {run: scalings_for(configs[run], scalings) for run in runs}
+    wanted = {run: [n for n in (lengths or doubling_lengths(_train_length(configs[run]), up_to))
                     if any((describe_run(run), n, scaling_label(sc)) not in done for sc in plan[run])]
               for run in runs}
     rows, skipped = [], []

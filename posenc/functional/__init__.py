@@ -10,76 +10,12 @@ Layout convention for rotary encodings: the RoFormer layout, where dimension pai
 
 from __future__ import annotations
 
-from posenc.functional.absolute import (
-    sinusoidal_table,
-)
-from posenc.functional.bias import (
-    alibi_slopes,
-    alibi_bias,
-)
-from posenc.functional.learned_bias import (
-    t5_relative_bucket,
-    t5_bias,
-    kerple_log_bias,
-    fire_psi,
-    fire_normalized_distance,
-    fire_mlp,
-    fire_mlp_pieces,
-    fire_mlp_piecewise,
-    fire_bias,
-    randomized_positions,
-)
-from posenc.functional.rotary import (
-    rope_inv_freq,
-    ntk_base,
-    rope_angles,
-    rope_rotation,
-    apply_rotation,
-    apply_rope,
-    xpos_zeta,
-    apply_xpos,
-    xpos_rotations,
-)
-from posenc.functional.rope_scaling import (
-    none_scaling,
-    linear_scaling,
-    ntk_scaling,
-    dynamic_ntk_scaling,
-    yarn_scaling,
-    llama3_scaling,
-    ROPE_SCALING,
-    RopeScaling,
-)
+# Each module's ``__all__`` is its part of the API; the package re-exports exactly those names.
+from posenc.functional import absolute, bias, learned_bias, rope_scaling, rotary
+from posenc.functional.absolute import *  # noqa: F403
+from posenc.functional.bias import *  # noqa: F403
+from posenc.functional.learned_bias import *  # noqa: F403
+from posenc.functional.rope_scaling import *  # noqa: F403
+from posenc.functional.rotary import *  # noqa: F403
 
-__all__ = [
-    "sinusoidal_table",
-    "alibi_slopes",
-    "alibi_bias",
-    "t5_relative_bucket",
-    "t5_bias",
-    "kerple_log_bias",
-    "fire_psi",
-    "fire_normalized_distance",
-    "fire_mlp",
-    "fire_mlp_pieces",
-    "fire_mlp_piecewise",
-    "fire_bias",
-    "randomized_positions",
-    "rope_inv_freq",
-    "ntk_base",
-    "rope_angles",
-    "rope_rotation",
-    "apply_rotation",
-    "apply_rope",
-    "xpos_zeta",
-    "apply_xpos",
-    "xpos_rotations",
-    "none_scaling",
-    "linear_scaling",
-    "ntk_scaling",
-    "dynamic_ntk_scaling",
-    "yarn_scaling",
-    "llama3_scaling",
-    "ROPE_SCALING",
-    "RopeScaling",
-]
+__all__ = [*absolute.__all__, *bias.__all__, *learned_bias.__all__, *rotary.__all__, *rope_scaling.__all__]
