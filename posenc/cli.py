@@ -87,35 +87,40 @@ def extrapolate(
     rope_scaling: ScalingOption = "none",
     rope_factor: FactorOption = None,
 ) -> None:
-    """Evaluate trained runs at each length and write one tidy table (CSV, Parquet, Markdown).
+    """Evaluate trained runs at each length and write tidy tables (CSV, Parquet, Markdown).
 
-    With --rope-scaling, rotary runs are also evaluated under each RoPE extension method (a `scaling` column).
+    One row per run and length in extrapolation.*, one per evaluated sequence in sequences.parquet, accuracy
+    by answer position in positions.parquet. With --rope-scaling, rotary runs are also evaluated under each
+    RoPE extension method (a `scaling` column).
     """
-    from posenc.extrapolate import TABLE_STEM, merge_into, parse_lengths, parse_scalings, scaling_note
-    from posenc.extrapolate import summary, summary_markdown
+    from posenc.extrapolate import parse_lengths, parse_scalings, scaling_note
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.io import find_runs
-    from posenc.tables import read_table, table_lock, write_tables
+    from posenc.store import merge, read_results, write_results
+    from posenc.tables import table_lock
+    from posenc.views import summary, summary_markdown
 
     try:
         wanted = parse_lengths(lengths)
         scalings = parse_scalings(rope_scaling, rope_factor)
         _check_eval_options(sequences, device)
         found = find_runs(runs or _default_runs())
-        read_table(out, TABLE_STEM)  # read before the long work: a bad --out or damaged table fails early
-        table, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, scalings=scalings)
-        with table_lock(out):  # merge into the table as it is now: another command may have written it
-            merged = merge_into(read_table(out, TABLE_STEM), table)
-            paths = write_tables(merged, out, TABLE_STEM, summary=summary_markdown(merged))
+        read_results(out)  # read before the long work: a bad --out or damaged table fails early
+        new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, scalings=scalings)
+        with table_lock(out):  # merge into the tables as they are now: another command may have written them
+            merged = merge(read_results(out), new)
+            paths = write_results(out, merged, summary=summary_markdown(merged.evaluations))
     except PosencError as err:
         fail(str(err))
     except KeyboardInterrupt:  # tables are written only at the end, atomically: nothing is half-written
         print_error("interrupted; no table written")
         raise typer.Exit(130)
+    table = new.evaluations
     for metric, view in _by_headline_metric(table):
         shown = summary(view, metric).reset_index()
         shown.columns = [str(c) for c in shown.columns]
-        console.print(f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (all columns in the files below)")
+        console.print(f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (mean over seeds; all columns "
+                      "in the files below)")
         print_table(shown)
     _print_notes(skipped, scaling_note(table, scalings))
     console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
@@ -136,6 +141,10 @@ def _print_notes(skipped: list[str], note: str | None) -> None:
         console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
+def _command(name: str) -> str:
+    return f"posenc {name} " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else f"posenc {name}"
+
+
 @app.command()
 def compare(
     runs: RunsOption = None,
@@ -151,16 +160,16 @@ def compare(
     rope_scaling: ScalingOption = "none",
     rope_factor: FactorOption = None,
 ) -> None:
-    """Aggregate runs across seeds: mean, std and 95% CI per encoder, task and length; tables, plots, report.
+    """Aggregate runs across seeds (only runs of one configuration are pooled): mean and 95% interval per
+    encoder, task and length; tables, figures, report.md with literature checks.
 
-    Reuses evaluations in OUT/extrapolation.parquet, evaluates only missing (run, length) pairs, never trains.
+    Reuses evaluations in OUT's tables, evaluates only missing (run, length) pairs, never trains.
     """
-    from posenc.compare import pivot, write_comparison
-    from posenc.extrapolate import TABLE_STEM as EVAL_STEM
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.extrapolate import parse_lengths, parse_scalings, scaling_label, scaling_note, upgrade
+    from posenc.extrapolate import parse_lengths, parse_scalings, run_config, scaling_note
     from posenc.io import find_runs
-    from posenc.tables import describe_run, read_table, table_lock
+    from posenc.pipeline import compare_into
+    from posenc.store import read_results, run_identity
 
     try:
         wanted = parse_lengths(lengths) if lengths is not None else None
@@ -169,21 +178,13 @@ def compare(
         scalings = parse_scalings(rope_scaling, rope_factor)
         _check_eval_options(sequences, device)
         found = find_runs(runs or _default_runs())
-        previous = read_table(out, EVAL_STEM)  # read before the long work: a bad --out fails early
-        previous = None if previous is None else upgrade(previous)
-        done = frozenset() if previous is None else frozenset(
-            zip(previous["run"], previous["eval_length"], previous["scaling"]))
+        previous = read_results(out)  # read before the long work: a bad --out fails early
+        done = frozenset() if previous is None else previous.done()
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, up_to=up_to,
                                          scalings=scalings, done=done, allow_empty=previous is not None)
-        reused = 0
-        if previous is not None:
-            mine = previous[previous["run"].isin({describe_run(run) for run in found})
-                            & previous["scaling"].isin([scaling_label(sc) for sc in scalings])]
-            reused = len(mine if wanted is None else mine[mine["eval_length"].isin(wanted)])
-        console.print(f"{len(new)} new evaluations, {reused} reused", highlight=False)
-        command = "posenc compare " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "posenc compare"
-        with table_lock(out):  # a parallel compare into the same folder merges, never overwrites
-            comparison, paths, figures = write_comparison(out, new, found, wanted, skipped, command)
+        console.print(f"{len(new.evaluations)} new evaluations", highlight=False)
+        run_ids = {run_identity(run_config(run)).run_id for run in found}
+        comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"))
     except PosencError as err:
         fail(str(err))
     except OSError as err:
@@ -191,10 +192,34 @@ def compare(
     except KeyboardInterrupt:  # every file is written atomically at the end: nothing is half-written
         print_error("interrupted; no table written")
         raise typer.Exit(130)
+    _print_comparison(comparison)
+    _print_notes(skipped, scaling_note(new.evaluations, scalings))
+    console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
+                  f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
+
+
+def _print_comparison(comparison) -> None:
+    from posenc.compare import pivot
+
     for metric, view in _by_headline_metric(comparison):
-        console.print(f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (mean ± 95% CI over seeds)")
+        console.print(f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (mean [95% interval])")
         print_table(pivot(view, metric))
-    _print_notes(skipped, scaling_note(new, scalings))
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Argument(help="A folder written by `posenc compare`.")],
+) -> None:
+    """Regenerate a comparison's tables, figures and report.md from its tables alone (no runs needed)."""
+    from posenc.pipeline import regenerate
+
+    try:
+        comparison, paths, figures = regenerate(out, _command("report"))
+    except PosencError as err:
+        fail(str(err))
+    except OSError as err:
+        fail(f"cannot write to {out}: {err.strerror or err}")
+    _print_comparison(comparison)
     console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
                   f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
 

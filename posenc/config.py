@@ -31,13 +31,15 @@ class TaskConfig:
     name: str = "copy"  # registry key, see posenc.tasks.TASKS
     length: int = 64  # training length: the positions the model reads
     min_length: int = 32  # shortest training length when variable_length is on
-    variable_length: bool = True  # each batch draws its length uniformly from [min_length, length]
+    # Each batch at exactly `length`. Drawing lengths from [min_length, length] instead starves the
+    # positions near `length` (a learned table's last rows, where every answer sits) of training signal.
+    variable_length: bool = False
     options: dict[str, Any] = field(default_factory=dict)  # task-specific keywords (e.g. n_symbols)
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 2000  # optimizer steps
+    steps: int = 2000  # the budget: most optimizer steps (training stops earlier once the task is learned)
     batch_size: int = 64  # sequences per step
     lr: float = 3e-3  # peak AdamW learning rate, reached after warmup
     final_lr_ratio: float = 0.0  # cosine decay ends at lr * final_lr_ratio
@@ -45,6 +47,13 @@ class TrainConfig:
     warmup_steps: int = 100  # linear warmup from 0
     grad_clip: float = 1.0  # max global gradient norm
     eval_sequences: int = 256  # sequences for the final in-distribution evaluation
+    # Mastery criterion (tasks scored by exact match): every `check_every` steps the model is scored on
+    # `check_sequences` held-out sequences at the training length; training stops once exact match reaches
+    # `target_exact_match`, and that step is the run's steps-to-learn. A run whose final exact match stays
+    # below the target is marked not learned. 0 checks nothing: the whole budget is trained.
+    target_exact_match: float = 0.99
+    check_every: int = 100
+    check_sequences: int = 512
     log_every: int = 50  # steps between progress/log updates
     checkpoint_every: int = 250  # steps between checkpoints (0: only at the end)
     # torch.compile the training step's model: "auto" = on CUDA only (on a 2-core CPU it is slower for this
@@ -143,7 +152,11 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"task.length must be between 1 and {MAX_LENGTH}, got {task.length}")
     if task.variable_length and not 1 <= task.min_length <= task.length:
         raise ConfigError(f"task.min_length must be in [1, task.length={task.length}], got {task.min_length}")
-    for key in ("steps", "batch_size", "eval_sequences", "log_every"):
+    if not 0 < train.target_exact_match <= 1:
+        raise ConfigError(f"train.target_exact_match must be in (0, 1], got {train.target_exact_match}")
+    if train.check_every < 0:
+        raise ConfigError(f"train.check_every must be >= 0, got {train.check_every}")
+    for key in ("steps", "batch_size", "eval_sequences", "log_every", "check_sequences"):
         _positive(f"train.{key}", getattr(train, key))
     if train.checkpoint_every < 0:
         raise ConfigError(f"train.checkpoint_every must be >= 0, got {train.checkpoint_every}")

@@ -8,6 +8,7 @@ LM head tied to the embedding). Position information enters only through the enc
 from __future__ import annotations
 
 import logging
+import math
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -287,7 +288,10 @@ class Transformer(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight  # weight tying, as in GPT-2 / nanoGPT
+        self.emb_scale = math.sqrt(cfg.d_model)
         self.apply(self._init_weights)
+        # std d**-0.5: scaled by sqrt(d) the tokens have RMS 1, and the tied head's initial logits std ~1.
+        nn.init.normal_(self.tok_emb.weight, mean=0.0, std=cfg.d_model**-0.5)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -311,7 +315,9 @@ class Transformer(nn.Module):
     def forward(self, idx: Tensor) -> Tensor:
         """Token ids ``[b, s]`` -> next-token logits ``[b, s, vocab]``."""
         positions = self.encoder.sample_positions(self._positions(idx.shape[1], idx.device))  # (s,)
-        x = self.encoder.embed(self.tok_emb(idx), positions)  # (b, s, d)
+        # Token embeddings enter at unit scale for every encoder (Vaswani et al. 2017, §3.4: weights times
+        # sqrt(d_model)), so an added table (sinusoidal: RMS 1/sqrt(2)) neither drowns nor is drowned by them.
+        x = self.encoder.embed(self.tok_emb(idx) * self.emb_scale, positions)  # (b, s, d)
         for block in self.blocks:
             x = block(x, positions)
         return self.lm_head(self.ln_f(x))  # (b, s, vocab)

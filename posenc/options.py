@@ -36,5 +36,18 @@ def check_options(group: str, name: str, cls: type, options: dict[str, Any]) -> 
         if key not in allowed:
             known = ", ".join(allowed) or "none"
             raise ConfigError(f"{group} '{name}' has no option '{key}' (its options: {known})")
-        checked[key] = checked_value(f"{group}.{key}", value, type(allowed[key]))
+        default = allowed[key]
+        if default is None:  # "derived from the training length unless given": None, or the annotated type
+            if value is None:
+                continue
+            hint = str(_annotations(cls).get(key, ""))
+            want = int if hint.startswith("int") else float
+            checked[key] = checked_value(f"{group}.{key}", value, want)
+            continue
+        checked[key] = checked_value(f"{group}.{key}", value, type(default))
     return checked
+
+
+def _annotations(cls: type) -> dict[str, Any]:
+    """``cls.__init__``'s annotations as written (strings under ``from __future__ import annotations``)."""
+    return {p.name: p.annotation for p in inspect.signature(cls.__init__).parameters.values()}

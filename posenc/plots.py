@@ -1,4 +1,5 @@
-"""Figures of a comparison: a metric against evaluation length, one line per encoder, a band across seeds."""
+"""Figures of a comparison: a metric against evaluation length (one line per encoder, its 95% interval as a
+band), steps-to-learn, and accuracy by answer position. Reads only tables: no torch."""
 
 from __future__ import annotations
 
@@ -36,23 +37,30 @@ def _colours(names: list[str]) -> dict[str, tuple]:
 def _draw(
     ax, view: pd.DataFrame, metric: str, by: pd.Series, colours: dict[str, tuple], styles: dict[str, str] | None = None
 ) -> None:
-    """One line per value of ``by`` (mean over seeds) with its 95% interval as a band; axes dressed."""
+    """One line per value of ``by`` (mean over seeds) with its 95% interval as a band; axes dressed.
+
+    Groups that did not learn their task in distribution are drawn as one hollow grey marker at the
+    training length, labelled "not learned": nothing past it is compared.
+    """
     for name, rows in view.groupby(by, sort=False):
         rows = rows[rows[f"{metric}_mean"].notna()].sort_values("eval_length")
         if rows.empty:
             continue
         colour = colours[name]
+        if not rows["learned"].all():
+            first = rows[rows["eval_length"] == rows["train_length"]]
+            ax.plot(first["eval_length"], first[f"{metric}_mean"], marker="o", markersize=5, linestyle="none",
+                    markerfacecolor="none", color=colour, label=f"{name} (not learned)")
+            continue
         ax.plot(rows["eval_length"], rows[f"{metric}_mean"], marker="o", markersize=3, label=name, color=colour,
                 linestyle=(styles or {}).get(name, "-"))
-        low, high = rows[f"{metric}_ci95_low"], rows[f"{metric}_ci95_high"]
-        if metric in BOUNDED:
-            low, high = low.clip(0, 1), high.clip(0, 1)
+        low, high = rows[f"{metric}_low"], rows[f"{metric}_high"]
         ax.fill_between(rows["eval_length"], low, high, color=colour, alpha=0.18, linewidth=0)
     for length in sorted(view["train_length"].unique()):
         ax.axvline(length, color="grey", linestyle=":", linewidth=1)
         ax.annotate(f"train {length}", (length, 0.0), xycoords=("data", "axes fraction"), fontsize=7,
                     color="grey", ha="left", va="bottom", xytext=(2, 2), textcoords="offset points")
-    ax.set_xscale("log", base=2)
+    _length_axis(ax, sorted(view["eval_length"].unique()))
     if metric in BOUNDED:
         ax.set_ylim(-0.02, 1.02)
     elif metric == "perplexity":
@@ -60,9 +68,22 @@ def _draw(
     ax.grid(alpha=0.3)
 
 
+def _length_axis(ax, lengths: list[int]) -> None:
+    """A log2 axis labelled with the lengths themselves (64, 128, ... not 2^6)."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+    ax.set_xscale("log", base=2)
+    if lengths:
+        ax.xaxis.set_major_locator(FixedLocator(lengths))
+        ax.set_xticklabels([str(n) for n in lengths], fontsize=7, rotation=45 if len(lengths) > 6 else 0)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _seeds(view: pd.DataFrame) -> str:
     n = int(view["n_seeds"].max()) if len(view) else 0
-    return f"mean of {n} seeds, 95% CI band" if n > 1 else f"{n} seed, no interval"
+    return f"{n} seeds; band: 95% interval over seeds and sequences" if n > 1 else \
+        f"{n} seed; band: 95% interval over sequences"
 
 
 def save_figure(fig, out_dir: Path, stem: str) -> list[Path]:
@@ -86,7 +107,7 @@ def plot_metric(
     dotted vertical lines at the training lengths. Perplexity uses a log y axis. ``stem`` defaults to
     ``<task>_<metric>``.
     """
-    from posenc.extrapolate import labels
+    from posenc.compare import labels
 
     plt = pyplot()
     view = comparison[comparison["task"] == task]
@@ -157,8 +178,8 @@ def plot_all(comparison: pd.DataFrame, out_dir: Path, metrics: dict[str, tuple[s
         per depth. The first two show a depth task's score over all depths (the rows whose depth is NaN,
         see :func:`posenc.compare.aggregate`).
     """
-    from posenc.extrapolate import NO_SCALING, labels
-    from posenc.functional.rope_scaling import ROPE_SCALING
+    from posenc.compare import NO_SCALING, labels
+
 
     figures: dict[tuple, Path] = {}
     for task in sorted(comparison["task"].unique()):
@@ -175,9 +196,68 @@ def plot_all(comparison: pd.DataFrame, out_dir: Path, metrics: dict[str, tuple[s
                 method = scaled["scaling"].where(scaled["scaling"] != NO_SCALING, AS_TRAINED)
                 figures[(task, metric, "rope_scaling")] = plot_panels(
                     scaled, metric, scaled["encoder"], method, out_dir, f"{task}_rope_scaling_{metric}",
-                    f"{task}, RoPE scaling at evaluation", order=[AS_TRAINED, *ROPE_SCALING])[0]
+                    f"{task}, RoPE scaling at evaluation", order=[AS_TRAINED])[0]
             if len(deep) and deep[f"{metric}_mean"].notna().any():
                 figures[(task, metric, "depth")] = plot_panels(
                     deep, metric, labels(deep.assign(depth=float("nan"))), deep["depth"].map("depth {:g}".format),
                     out_dir, f"{task}_{metric}_by_depth", f"{task} by depth of the information")[0]
     return figures
+
+
+def plot_steps(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Steps-to-learn: a panel per task, a row per encoder label, a dot per seed (its first mastery check
+    that met the criterion); a seed that never did is a red cross at the right edge. ``runs``: one row
+    per run with ``task``, ``label``, ``steps_to_learn``, ``learned``. Writes ``steps_to_learn.png/.svg``."""
+    plt = pyplot()
+    tasks = sorted(runs["task"].unique())
+    height = max(2.4, 0.28 * runs.groupby("task")["label"].nunique().max() + 1.2)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks) + 1.4, height), squeeze=False,
+                             constrained_layout=True)
+    right = float(runs["steps_to_learn"].max()) if runs["steps_to_learn"].notna().any() else 1.0
+    for ax, task in zip(axes.flat, tasks):
+        part = runs[runs["task"] == task]
+        order = part.groupby("label")["steps_to_learn"].mean().sort_values(na_position="last").index.tolist()
+        where = {name: i for i, name in enumerate(order)}
+        done = part[part["learned"]]
+        ax.plot(done["steps_to_learn"], done["label"].map(where), "o", color="tab:blue", alpha=0.7, markersize=4)
+        missed = part[~part["learned"]]
+        ax.plot([right * 1.08] * len(missed), missed["label"].map(where), "x", color="tab:red", markersize=6)
+        ax.set_yticks(range(len(order)), order, fontsize=7)
+        ax.set_xlim(0, right * 1.15)
+        ax.set_title(task, fontsize=9)
+        ax.set_xlabel("steps to learn (x: not learned)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3, axis="x")
+    fig.suptitle("steps until held-out exact match reached the target (one dot per seed)", fontsize=10)
+    paths = save_figure(fig, out_dir, "steps_to_learn")
+    plt.close(fig)
+    return paths
+
+
+def plot_positions(positions: pd.DataFrame, task: str, length: int, out_dir: Path) -> list[Path]:
+    """Answer-token accuracy by position in the sequence at evaluation length ``length``, a line per encoder
+    label (correct / total pooled over seeds, per position bin); the training length marked. ``positions``:
+    the positions table joined with ``task``, ``label``, ``train_length``. Writes
+    ``<task>_accuracy_by_position.png/.svg``."""
+    plt = pyplot()
+    view = positions[(positions["task"] == task) & (positions["eval_length"] == length)]
+    pooled = view.groupby(["label", "position"], sort=True)[["correct", "total"]].sum().reset_index()
+    names = sorted(pooled["label"].unique())
+    colours = _colours(names)
+    fig, ax = plt.subplots(figsize=(7.6, 4.2), constrained_layout=True)
+    for name in names:
+        rows = pooled[pooled["label"] == name]
+        ax.plot(rows["position"], rows["correct"] / rows["total"], label=name, color=colours[name], linewidth=1.2)
+    for train in sorted(view["train_length"].unique()):
+        ax.axvline(train, color="grey", linestyle=":", linewidth=1)
+        ax.annotate(f"train {train}", (train, 0.0), xycoords=("data", "axes fraction"), fontsize=7, color="grey",
+                    ha="left", va="bottom", xytext=(2, 2), textcoords="offset points")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel(f"position of the answer token in a {length}-token sequence")
+    ax.set_ylabel("token accuracy")
+    ax.set_title(f"{task}: where answers fail at length {length} (learned runs, seeds pooled)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    paths = save_figure(fig, out_dir, f"{task}_accuracy_by_position")
+    plt.close(fig)
+    return paths

@@ -13,8 +13,8 @@ from posenc import io as run_io
 from posenc.errors import PosencError
 
 TRAINING_COLUMNS = [
-    "run", "encoder", "task", "train_length", "seed", "steps", "train_seconds",
-    "exact_match", "token_accuracy", "loss", "n_sequences", "device",
+    "run", "encoder", "task", "train_length", "seed", "learned", "steps_to_learn", "steps", "budget",
+    "train_seconds", "exact_match", "token_accuracy", "loss", "n_sequences", "device",
 ]  # fmt: skip
 
 
@@ -71,24 +71,37 @@ def read_table(out_dir: Path, stem: str) -> pd.DataFrame | None:
 
 
 def write_tables(
-    table: pd.DataFrame, out_dir: Path, stem: str, summary: str | None = None, markdown: bool = True
+    table: pd.DataFrame,
+    out_dir: Path,
+    stem: str,
+    summary: str | None = None,
+    markdown: bool = True,
+    csv: bool = True,
+    parquet_table: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Write ``table`` as CSV, Parquet and (unless ``markdown`` is False) Markdown into ``out_dir``, each file
     atomically.
 
     ``summary`` (Markdown text), if given, goes to ``<stem>_summary.md``: for tables too long to read as
-    Markdown (``posenc kernels``: a row per distance), the summary is the Markdown view.
+    Markdown (``posenc kernels``: a row per distance), the summary is the Markdown view. ``csv=False``
+    writes no CSV (per-sequence tables: Parquet only). ``parquet_table``, if given, is what the Parquet file
+    holds (columns too long for CSV and Markdown, such as a run's whole configuration).
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise PosencError(f"--out is not a directory: {out_dir}")
-    paths = [out_dir / f"{stem}.{ext}" for ext in ("csv", "parquet", "md")[: 3 if markdown else 2]]
+    paths = []
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        run_io.atomic_write_text(paths[0], table.to_csv(index=False))
-        run_io.atomic_write(paths[1], lambda f: table.to_parquet(f, index=False))
+        if csv:
+            paths.append(out_dir / f"{stem}.csv")
+            run_io.atomic_write_text(paths[-1], table.to_csv(index=False))
+        paths.append(out_dir / f"{stem}.parquet")
+        stored = table if parquet_table is None else parquet_table
+        run_io.atomic_write(paths[-1], lambda f: stored.to_parquet(f, index=False))
         if markdown:
-            run_io.atomic_write_text(paths[2], table.to_markdown(index=False, floatfmt=".4f") + "\n")
+            paths.append(out_dir / f"{stem}.md")
+            run_io.atomic_write_text(paths[-1], table.to_markdown(index=False, floatfmt=".4f") + "\n")
         if summary is not None:
             paths.append(out_dir / f"{stem}_summary.md")
             run_io.atomic_write_text(paths[-1], summary)

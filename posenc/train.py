@@ -31,7 +31,7 @@ from posenc.checkpoint import (
 )
 from posenc.config import RunConfig, run_config_from_dict
 from posenc.errors import PosencError
-from posenc.evaluate import Scores, answer_loss, evaluate
+from posenc.evaluate import Scores, answer_loss, evaluate, resolve_device
 from posenc.progress import live_bars, make_progress, print_error
 
 log = logging.getLogger("posenc.train")
@@ -49,14 +49,6 @@ def short_dirname(text: str, limit: int = 120) -> str:
 
 # Used by conf/config.yaml's run and sweep directories; registered on import, also in launcher workers.
 OmegaConf.register_new_resolver("posenc_dirname", short_dirname, replace=True)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise PosencError("device=cuda was asked for, but no CUDA device is available")
-    return torch.device(name)
 
 
 def lr_factor(step: int, warmup: int, total: int, final: float = 0.1) -> float:
@@ -111,7 +103,7 @@ def train(
     """
     run_dir = Path(run_dir)
     state = _state_to_resume(cfg, run_dir, config_dict)
-    if state is not None and state["step"] >= cfg.train.steps and (run_dir / run_io.METRICS_FILE).is_file():
+    if state is not None and _finished(state, cfg) and (run_dir / run_io.METRICS_FILE).is_file():
         log.info("%s is finished (step %d); not retraining", run_dir, state["step"])
         return json.loads((run_dir / run_io.METRICS_FILE).read_text())
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -132,12 +124,15 @@ def train(
     )
     data = torch.Generator().manual_seed(cfg.seed)  # the training stream: deterministic from the seed
     first, history, elapsed = 1, [], 0.0
+    checks: list[list[float]] = []  # [step, held-out exact match] of every mastery check
+    learned_at: int | None = None  # steps-to-learn: the first check that met the criterion
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         set_rng_states(state["rng"], data)
         first, history, elapsed = state["step"] + 1, state["history"], state["elapsed"]
+        checks, learned_at = state.get("checks", []), state.get("learned_at")
         log.info("resuming %s from step %d", run_dir, state["step"])
 
     def checkpoint(step: int) -> None:
@@ -145,6 +140,7 @@ def train(
             "model": model.state_dict(), "config": config_dict, "step": step,
             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             "rng": rng_states(data), "history": history, "elapsed": elapsed + time.perf_counter() - start,
+            "checks": checks, "learned_at": learned_at,
         })  # fmt: skip
 
     lo = cfg.task.min_length if cfg.task.variable_length else cfg.task.length
@@ -169,7 +165,11 @@ def train(
     with StopSignals() as stop, make_progress(cfg.progress) as progress:
         bar = progress.add_task(f"{cfg.encoder.name}/{cfg.task.name}", total=t.steps, completed=first - 1,
                                 loss=math.nan, acc=math.nan)  # fmt: skip
+        mastery = t.check_every > 0 and task.report_metrics[0] == "exact_match"  # lm: no criterion
+        step = first - 1
         for step in range(first, t.steps + 1):
+            if learned_at is not None:
+                break  # resumed after the criterion was met: nothing left to train
             length = int(torch.randint(lo, cfg.task.length + 1, (1,), generator=data))  # one per batch
             batch = task.sample(t.batch_size, length, data).to(device)
             with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
@@ -201,26 +201,55 @@ def train(
                     f"{name} at step {step}/{t.steps}: checkpoint saved in {run_dir}; "
                     "run the same command again to resume", 128 + stop.received,
                 )
+            if mastery and step % t.check_every == 0:
+                score = mastery_check(model, task, cfg.task.length, t.check_sequences)
+                checks.append([step, score])
+                log.info("step %d  held-out exact match %.4f (target %.2f)", step, score, t.target_exact_match)
+                if score >= t.target_exact_match:
+                    learned_at = step
+                    progress.update(bar, completed=t.steps)
+                    break
             if t.checkpoint_every and step % t.checkpoint_every == 0 and step < t.steps:
                 check_finite(step)
                 checkpoint(step)
     seconds = elapsed + time.perf_counter() - start
+    trained = step
 
     final = evaluate(model, task, cfg.task.length, t.eval_sequences)
     metrics = {
         "encoder": cfg.encoder.name, "task": cfg.task.name, "train_length": cfg.task.length,
-        "seed": cfg.seed, "steps": t.steps, "train_seconds": round(seconds, 2), "device": str(device),
-        "parameters": n_params, "eval_length": cfg.task.length, **final,
+        "seed": cfg.seed, "steps": trained, "budget": t.steps, "train_seconds": round(seconds, 2),
+        "device": str(device), "parameters": n_params, "eval_length": cfg.task.length, **final,
+        "steps_to_learn": learned_at, "checks": checks,
+        # Mastery: the final in-distribution exact match reaches the target (tasks without an exact-match
+        # criterion, lm, count as learned once their budget is trained).
+        "learned": bool(final["exact_match"] >= t.target_exact_match) if mastery else True,
     }
-    checkpoint(t.steps)
+    checkpoint(trained)
     run_io.atomic_write_text(run_dir / run_io.HISTORY_FILE, _csv(history))
     run_io.write_json(run_dir / run_io.METRICS_FILE, metrics)
+    if not metrics["learned"]:
+        log.warning("NOT LEARNED: exact match %.4f < %.2f at length %d after %d steps (budget %d)",
+                    final["exact_match"], t.target_exact_match, cfg.task.length, trained, t.steps)
     log.info(
         "done in %.1f s: exact match %.4f, token accuracy %.4f, loss %.4f at length %d (%d sequences)",
         seconds, final["exact_match"], final["token_accuracy"], final["loss"], cfg.task.length,
         final["n_sequences"],
     )
     return metrics
+
+
+CHECK_SEED = 4321  # held-out sequences of the mastery checks: neither training data nor the final evaluation's
+
+
+def mastery_check(model: torch.nn.Module, task, length: int, sequences: int) -> float:
+    """Exact match of ``model`` on ``sequences`` held-out sequences at the training ``length``."""
+    return evaluate(model, task, length, sequences, seed=CHECK_SEED)["exact_match"]
+
+
+def _finished(state: dict[str, Any], cfg: RunConfig) -> bool:
+    """Whether a checkpoint's training is over: its budget spent, or the mastery criterion met."""
+    return state["step"] >= cfg.train.steps or state.get("learned_at") is not None
 
 
 def _state_to_resume(cfg: RunConfig, run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from torch import Tensor, nn
 
 from posenc import functional as F
@@ -14,7 +12,8 @@ from posenc.errors import PositionRangeError
 class Sinusoidal(PositionalEncoder):
     """Fixed sinusoidal absolute encoding of Vaswani et al. 2017 (§3.5).
 
-    As in the paper (§3.4), token embeddings are multiplied by ``sqrt(d_model)`` before the table is added.
+    As in the paper (§3.4), token embeddings are multiplied by ``sqrt(d_model)`` before the table is added;
+    the model does that for every encoder, so that all of them see tokens at the same scale.
     """
 
     description = "sinusoidal absolute table added to embeddings (Vaswani et al. 2017)"
@@ -25,7 +24,7 @@ class Sinusoidal(PositionalEncoder):
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         table = F.sinusoidal_table(positions, self.shape.d_model, self.base).to(x.dtype)  # [s, d]
-        return x * math.sqrt(self.shape.d_model) + table
+        return x + table
 
 
 class Learned(PositionalEncoder):

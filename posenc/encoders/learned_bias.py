@@ -36,15 +36,23 @@ class T5Bias(PositionalEncoder):
     exact distances, then logarithmic buckets up to ``max_distance``; all longer distances share the last
     bucket, so any length can be encoded. The table ``[num_buckets, n_heads]`` is initialised
     ``N(0, d_model**-0.5)`` as in Hugging Face's ``T5PreTrainedModel`` (factor 1).
+
+    ``max_distance`` defaults to ``max(num_buckets, train_length // 2)``, scaled to the training length:
+    T5 trained on 512-token inputs with ``max_distance = 128``, so its last bucket is well trained by the
+    many longer distances it holds. Scaled the same way, distances ``max_distance..train_length-1`` train
+    the last bucket here; the paper's 128 at a 64-token training length would leave buckets 113+ untrained
+    (pass ``max_distance=128`` for the paper's value).
     """
 
     description = "learned bias per log-bucketed distance and head (Raffel et al. 2020)"
     has_score_bias = True
 
     def __init__(
-        self, shape: AttentionShape, train_length: int, *, num_buckets: int = 32, max_distance: int = 128
+        self, shape: AttentionShape, train_length: int, *, num_buckets: int = 32, max_distance: int | None = None
     ) -> None:
         super().__init__(shape, train_length)
+        if max_distance is None:
+            max_distance = max(num_buckets, train_length // 2)
         if num_buckets < 2 or max_distance <= num_buckets // 2:
             raise ConfigError(
                 f"t5 needs num_buckets >= 2 and max_distance > num_buckets / 2, "
@@ -118,7 +126,9 @@ class FIRE(PositionalEncoder):
     ``f_theta`` maps the normalised distance (in ``[0, 1]`` for causal pairs) to one bias per head through
     one hidden ReLU layer of ``mlp_width`` units. Defaults and parameterisation follow the paper's reference
     code (its appendix): ``c`` learned, initialised to ``init_c = 0.1``; ``L = |s * init_threshold|`` with
-    a learned multiplier ``s`` (initialised 1) and ``init_threshold = 512``; MLP initialised like
+    a learned multiplier ``s`` (initialised 1) and ``init_threshold`` (the code's 512; default here a quarter
+    of the training length, so that progressive interpolation acts during training as it does past it: at
+    a 64-token training length, 512 would normalise every query by the same ``psi(L)``); MLP initialised like
     ``nn.Linear`` (``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weights and biases); ``eps = 1e-6``.
 
     The MLP is evaluated at every (query, key) pair, in its exact piecewise-linear form (a search among its
@@ -138,9 +148,11 @@ class FIRE(PositionalEncoder):
         *,
         mlp_width: int = 32,
         init_c: float = 0.1,
-        init_threshold: float = 512.0,
+        init_threshold: float | None = None,
     ) -> None:
         super().__init__(shape, train_length)
+        if init_threshold is None:
+            init_threshold = max(1.0, train_length / 4)
         if mlp_width < 1 or not init_c > 0 or not init_threshold > 0:
             raise ConfigError(
                 f"fire needs mlp_width >= 1, init_c > 0 and init_threshold > 0, "

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from posenc import functional as F
 from posenc.encoders.base import AttentionShape, PositionalEncoder
-from posenc.errors import ConfigError
+from posenc.errors import ConfigError, PositionRangeError
 from posenc.functional.rope_scaling import RopeScaling
 
 
@@ -143,9 +143,12 @@ class RoPENTK(RoPE):
     i.e. static NTK-aware scaling chosen per evaluation length: RoPE whose default scaling is
     ``RopeScaling("ntk")`` (factor ``max(1, L'/L)``). At ``L' <= L`` it is exactly RoPE. Another scaling
     set with :meth:`set_rope_scaling` replaces this default; ``None`` brings it back.
+
+    It trains exactly as ``rope`` (same weights for the same seed), so experiments train ``rope`` once and
+    evaluate it with ``--rope-scaling none,ntk`` instead of training this key again.
     """
 
-    description = "RoPE; past the training length, NTK-aware base rescaling (bloc97 2023)"
+    description = "RoPE evaluated with NTK-aware base rescaling past the training length (bloc97 2023)"
     key = "rope_ntk"
     default_scaling = RopeScaling("ntk")
 
@@ -197,7 +200,16 @@ class RoPEPartial(RotaryEncoder):
 
 
 class XPos(RotaryEncoder):
-    """Extrapolatable position embedding (Sun et al. 2023): RoPE with a per-pair exponential decay."""
+    """Extrapolatable position embedding (Sun et al. 2023): RoPE with a per-pair exponential decay.
+
+    ``scale_base`` defaults to half the training length: the paper trains at 1024 tokens with the reference
+    code's ``scale_base = 512``, so the decay over the training window is the paper's (pass 512 for the
+    paper's value). The factors ``zeta**(±pos/scale_base)`` (positions centred) leave float32's range far
+    past the training length; lengths where they would exceed ``MAX_LOG_SCALE`` are refused by
+    :meth:`check_positions` (a NaN row with a note in evaluation), where the paper uses blockwise attention.
+    """
+
+    MAX_LOG_SCALE = 60.0  # largest |log| of a decay factor evaluated: e**60 ~ 1e26 keeps q.k inside float32
 
     description = "RoPE with per-dimension exponential decay (Sun et al. 2023)"
     key = "xpos"
@@ -209,13 +221,25 @@ class XPos(RotaryEncoder):
         *,
         base: float = 10000.0,
         gamma: float = 0.4,
-        scale_base: float = 512.0,
+        scale_base: float | None = None,
     ) -> None:
         super().__init__(shape, train_length, base)
+        if scale_base is None:
+            scale_base = max(1.0, train_length / 2)
         if not gamma > 0 or not scale_base > 0:
             raise ConfigError(f"xpos needs gamma > 0 and scale_base > 0, got {gamma}, {scale_base}")
         self.gamma = gamma
         self.scale_base = scale_base
+
+    def check_positions(self, length: int) -> None:
+        super().check_positions(length)
+        zeta_min = float(F.xpos_zeta(self.shape.head_dim, self.gamma).min())
+        if (length - 1) / 2 / self.scale_base * -math.log(zeta_min) > self.MAX_LOG_SCALE:
+            longest = int(2 * self.MAX_LOG_SCALE * self.scale_base / -math.log(zeta_min)) + 1
+            raise PositionRangeError(
+                f"xpos decay factors leave float32's range past {longest} tokens (scale_base "
+                f"{self.scale_base:g}); the paper uses blockwise attention there"
+            )
 
     def rotations(self, positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """RoPE rotations at ``inv_freq`` (scaled, if a scaling is set) times xPos's unchanged decay."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -52,6 +53,20 @@ class Task:
             raise ConfigError(f"task '{self.key}' needs a length of at least {self.min_length}, got {length}")
         tokens, answer = self.sequences(batch_size, length, generator)
         return Batch(tokens[:, :-1], tokens[:, 1:], answer[:, 1:])
+
+    def evaluation_batches(
+        self, n_sequences: int, length: int, batch_size: int, generator: torch.Generator
+    ) -> Iterator[Batch]:
+        """The batches evaluation scores: ``n_sequences`` sequences at ``length``, ``batch_size`` at a time.
+
+        Default: fresh sequences from ``generator``, so sequence ``i`` is the same for every model.
+        """
+        for start in range(0, n_sequences, batch_size):
+            yield self.sample(min(batch_size, n_sequences - start), length, generator)
+
+    def evaluation_sequences(self, length: int, default: int) -> int:
+        """How many sequences evaluation scores at ``length`` when the user does not say: ``default``."""
+        return default
 
     def check_length(self, length: int) -> None:
         """Raise :class:`ConfigError` if the task cannot train at ``length`` (beyond ``min_length``, which

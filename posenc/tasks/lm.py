@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import ConfigError, PositionRangeError
-from posenc.tasks.base import Task
+from posenc.tasks.base import Batch, Task
 
 #: Folders skipped in the stdlib default (installed packages and the test suites).
 STDLIB_SKIP = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"})
@@ -189,6 +189,38 @@ class LanguageModelling(Task):
             f"{i['corpus']} ({i['pattern']}): {i['files']} files, {i['bytes']:,} bytes "
             f"({i['eval_files']} files, {i['eval_bytes']:,} bytes held out), sha256 {i['sha256']}"
         )
+
+    #: Bytes of held-out text scored at every evaluation length (Press et al. 2022 score the same
+    #: validation text at every length, in non-overlapping windows): 2**19, or what the split holds.
+    EVAL_TEXT_BYTES = 1 << 19
+
+    def evaluation_text(self) -> int:
+        """Scored bytes of the evaluation text: a multiple of 8192 (so of every power-of-two length)."""
+        held = self.corpus.eval.numel() - 1
+        return min(self.EVAL_TEXT_BYTES, held // 8192 * 8192 or held)
+
+    def evaluation_sequences(self, length: int, default: int) -> int:
+        """Windows of the evaluation text at ``length``: its first ``n * length`` scored bytes, the same
+        text at every length (all of it where ``length`` divides it)."""
+        return max(1, self.evaluation_text() // length)
+
+    def evaluation_batches(self, n_sequences, length, batch_size, generator):
+        """Held-out split: consecutive windows of ``length + 1`` bytes at offsets ``i * length``; window ``i``
+        scores bytes ``i*length + 1 .. (i+1)*length`` of the held-out text, so ``n`` windows at length
+        ``L`` score the same bytes as ``2n`` windows at ``L/2``. Training split: random windows."""
+        if self.split == "train":
+            yield from super().evaluation_batches(n_sequences, length, batch_size, generator)
+            return
+        data = self.corpus.eval
+        n_sequences = min(n_sequences, (data.numel() - 1) // length)
+        if n_sequences < 1:
+            raise PositionRangeError(self._too_short("held-out", length))
+        for first in range(0, n_sequences, batch_size):
+            starts = torch.arange(first, min(first + batch_size, n_sequences))[:, None] * length
+            tokens = 2 + data[starts + torch.arange(length + 1)].long()  # [b, length + 1]
+            answer = torch.ones_like(tokens, dtype=torch.bool)
+            answer[:, 0] = False
+            yield Batch(tokens[:, :-1], tokens[:, 1:], answer[:, 1:])
 
     def check_length(self, length: int) -> None:
         """Training windows of ``length + 1`` bytes must fit in the training split."""

@@ -49,38 +49,50 @@ class Reverse(Copy):
 
 
 class Retrieval(Task):
-    """Multi-query associative recall: ``k_1 v_1 .. k_K v_K SEP q_1 a_1 .. q_K a_K``.
+    """Multi-query associative recall (MQAR) as Zoology defines it (Arora et al. 2023, ``multiquery_ar``).
 
-    Each sequence draws its own random dictionary key -> value; the context lists ``K = (L-1)//4`` pairs
-    (keys drawn with replacement, always bound to the same value), then ``K`` queries of keys from the
-    context, each followed by its value, the answer. Any length is valid with a fixed vocabulary.
-    After Zoology's MQAR (Arora et al. 2023).
+    ``BOS.. k_1 v_1 .. k_K v_K`` then a query region of two-token slots: ``K`` slots hold ``q a`` (a key of
+    the context and its value, the answer), the others two noise tokens. As in Zoology: the ``K`` keys of a
+    sequence are distinct, keys and values come from disjoint vocabularies, values are distinct too, each
+    context key is queried exactly once and in random order, and only the values are scored. ``K`` is fixed
+    (``n_pairs``), so a longer sequence holds the same dictionary with the queries spread over a longer
+    region: extrapolation asks for the same recall over longer distances, not for a bigger dictionary.
+
+    Differences from Zoology: query slots are uniform over the region (Zoology draws gaps from a power law
+    with ``power_a = 0.01``, which puts most queries right after the context); non-query slots are noise
+    tokens from an alphabet of their own (Zoology draws them from the whole vocabulary, keys included);
+    the answer value follows its query in the input (teacher forcing), where Zoology leaves it out.
     """
 
     key = "retrieval"
-    description = "answer the values of queried keys from key-value pairs (MQAR)"
-    min_length = 5
+    description = "answer the values of queried keys from key-value pairs (Zoology's MQAR)"
 
-    def __init__(self, *, n_keys: int = 32, n_values: int = 32) -> None:
-        if n_keys < 1 or n_values < 2:
-            raise ConfigError(f"task needs n_keys >= 1 and n_values >= 2, got {n_keys}, {n_values}")
-        self.n_keys, self.n_values = n_keys, n_values
-        self.vocab_size = 2 + n_keys + n_values
+    def __init__(self, *, n_pairs: int = 4, n_keys: int = 32, n_values: int = 32, n_noise: int = 16) -> None:
+        if n_pairs < 1 or n_keys < n_pairs or n_values < n_pairs or n_noise < 1:
+            raise ConfigError(
+                "task needs n_pairs >= 1, n_keys >= n_pairs, n_values >= n_pairs and n_noise >= 1 "
+                f"(distinct keys and values per sequence); got {n_pairs}, {n_keys}, {n_values}, {n_noise}"
+            )
+        self.n_pairs, self.n_keys, self.n_values, self.n_noise = n_pairs, n_keys, n_values, n_noise
+        self.vocab_size = 2 + n_keys + n_values + n_noise
+        self.min_length = 4 * n_pairs  # BOS, the pairs and a query slot per pair (the last value unread)
 
     def sequences(self, batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        k = (length - 1) // 4
-        pad = length - 4 * k  # leading BOS tokens so the total is length + 1
-        table = torch.randint(self.n_values, (batch_size, self.n_keys), generator=generator)  # [b, n_keys]
-        keys = torch.randint(self.n_keys, (batch_size, k), generator=generator)  # [b, K]
-        query_idx = torch.randint(k, (batch_size, k), generator=generator)  # [b, K]
-        queries = keys.gather(1, query_idx)
-        key_tok = lambda t: 2 + t  # noqa: E731
-        val_tok = lambda t: 2 + self.n_keys + t  # noqa: E731
-        pairs = torch.stack((key_tok(keys), val_tok(table.gather(1, keys))), dim=2).flatten(1)  # [b, 2K]
-        asks = torch.stack((key_tok(queries), val_tok(table.gather(1, queries))), dim=2).flatten(1)
+        k = self.n_pairs
+        slots = (length - 2 * k) // 2  # two-token slots in the query region
+        pad = length + 1 - 2 * k - 2 * slots  # leading BOS tokens (1 or 2) so the total is length + 1
+        draw = lambda n, m: torch.rand(batch_size, n, generator=generator).argsort(dim=1)[:, :m]  # noqa: E731
+        keys = 2 + draw(self.n_keys, k)  # [b, K] distinct per sequence
+        values = 2 + self.n_keys + draw(self.n_values, k)  # [b, K] distinct, disjoint from keys
+        order = draw(k, k)  # [b, K] which pair each query asks for: a random order
+        where = draw(slots, k)  # [b, K] the slots holding the queries, uniform without replacement
+        noise = 2 + self.n_keys + self.n_values + torch.randint(self.n_noise, (batch_size, slots, 2), generator=generator)
+        asked = torch.stack((keys.gather(1, order), values.gather(1, order)), dim=2)  # [b, K, 2]
+        region = noise.scatter(1, where[..., None].expand(-1, -1, 2), asked)  # [b, slots, 2]
         head = torch.full((batch_size, pad), BOS)
-        sep = torch.full((batch_size, 1), SEP)
-        tokens = torch.cat((head, pairs, sep, asks), dim=1)  # [b, length + 1]
-        answer = torch.zeros_like(tokens, dtype=torch.bool)
-        answer[:, pad + 2 * k + 2 :: 2] = True  # the value after each query
+        pairs = torch.stack((keys, values), dim=2).flatten(1)  # [b, 2K]
+        tokens = torch.cat((head, pairs, region.flatten(1)), dim=1)  # [b, length + 1]
+        answer = torch.zeros(batch_size, slots, 2, dtype=torch.bool)
+        answer.scatter_(1, where[..., None].expand(-1, -1, 2), torch.tensor([False, True]).expand(batch_size, k, 2))
+        answer = torch.cat((torch.zeros(batch_size, pad + 2 * k, dtype=torch.bool), answer.flatten(1)), dim=1)
         return tokens, answer

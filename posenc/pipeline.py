@@ -1,0 +1,69 @@
+"""The evaluation pipeline's last steps, shared by the commands: merge new evaluations into an output
+folder's store, select what is compared, aggregate, render - all under the folder's lock.
+
+    posenc compare:  extrapolate (new rows) -> compare_into(out) -> store.merge -> aggregate -> render
+    posenc report:   regenerate(out)        -> store.read        -> aggregate -> render
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from posenc import io as run_io
+from posenc.compare import TABLE_STEM, aggregate, variants
+from posenc.errors import PosencError
+from posenc.report import render
+from posenc.store import Results, merge, read_results, write_results
+from posenc.tables import read_table, table_lock, write_tables
+from posenc.views import summary_markdown
+
+REPORT = "report.md"
+
+
+def select(results: Results, run_ids: set[str], lengths: list[int] | None) -> Results:
+    """The rows of ``run_ids`` (at ``lengths``, or every evaluated length), with their ``variant``."""
+    ev = results.evaluations
+    keep = ev["run_id"].isin(run_ids) & (ev["eval_length"].isin(lengths) if lengths is not None else True)
+    ev = ev[keep]
+    if ev.empty:
+        raise PosencError("no evaluations of these runs to compare")
+    ev = ev.assign(variant=variants(ev))
+    keys = ["run_id", "eval_length"]
+    pick = ev[keys].drop_duplicates()
+    return Results(ev.reset_index(drop=True), results.sequences.merge(pick, on=keys),
+                   results.positions.merge(pick, on=keys))
+
+
+def _write(out: Path, chosen: Results, command: str) -> tuple[pd.DataFrame, list[Path], dict]:
+    comparison = aggregate(chosen)
+    paths = write_tables(comparison, out, TABLE_STEM)
+    text, figures = render(chosen, comparison, out, command)
+    run_io.atomic_write_text(out / REPORT, text)
+    return comparison, paths, figures
+
+
+def compare_into(
+    out: Path, new: Results, run_ids: set[str], lengths: list[int] | None, command: str
+) -> tuple[pd.DataFrame, list[Path], dict]:
+    """Merge ``new`` into ``out``'s store, then aggregate ``run_ids`` and write tables, figures, report."""
+    with table_lock(out):  # a parallel command into the same folder merges, never overwrites
+        merged = merge(read_results(out), new)
+        paths = write_results(out, merged, summary=summary_markdown(merged.evaluations))
+        comparison, more, figures = _write(out, select(merged, run_ids, lengths), command)
+    return comparison, paths + more, figures
+
+
+def regenerate(out: Path, command: str) -> tuple[pd.DataFrame, list[Path], dict]:
+    """Rewrite ``out``'s comparison, figures and report from its tables alone: the runs and lengths its
+    ``comparison`` table covers, re-aggregated from ``extrapolation``/``sequences``/``positions``."""
+    with table_lock(out):
+        results = read_results(out)
+        previous = read_table(out, TABLE_STEM)
+        if results is None or previous is None:
+            raise PosencError(f"{out} holds no comparison (no extrapolation.parquet and comparison.parquet); "
+                              "run `posenc compare --out` there first")
+        run_ids = {r for cell in previous["run_ids"].dropna() for r in str(cell).split(",") if r}
+        lengths = sorted(int(n) for n in previous["eval_length"].unique())
+        return _write(out, select(results, run_ids, lengths), command)

@@ -1,0 +1,178 @@
+"""The results store: the one place that reads, merges and writes evaluation tables of an output folder.
+
+An output folder (``--out``) holds three tidy tables, each as Parquet (the store reads it) and CSV:
+
+* ``extrapolation`` - one row per (run, evaluation length, RoPE scaling, depth): the means, the run's
+  identity and configuration, and whether the run learned its task in distribution;
+* ``sequences`` - one row per evaluated sequence of each of those (exact match, token accuracy, loss):
+  what the intervals and the paired comparisons between encoders are computed from;
+* ``positions`` - answer-token accuracy by position in the sequence (bins), for each of those.
+
+Rows are keyed by :data:`KEY`. A run is identified by a hash of its configuration including the seed
+(``run_id``), not by its path, so the same run evaluated from another working directory is recognised;
+``config_id`` hashes the configuration without the seed: runs that share it are seeds of one
+configuration, and only those are ever pooled (see :mod:`posenc.compare`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from posenc.errors import PosencError
+from posenc.tables import read_table, write_tables
+
+EVALUATIONS, SEQUENCES, POSITIONS = "extrapolation", "sequences", "positions"
+KEY = ["run_id", "eval_length", "scaling", "depth"]
+COLUMNS = [
+    "run", "run_id", "config_id", "encoder", "task", "train_length", "eval_length", "scaling",
+    "scaling_factor", "depth", "seed", "learned", "steps_to_learn", "loss", "perplexity", "token_accuracy",
+    "exact_match", "n_sequences", "seconds", "note", "data", "config",
+]  # fmt: skip
+SEQUENCE_COLUMNS = [*KEY, "sequence", "exact_match", "token_accuracy", "loss"]
+POSITION_COLUMNS = [*KEY, "position", "bin_width", "correct", "total"]
+NO_DEPTH = -1.0  # the depth key of rows without one (NaN never equals itself in a key)
+
+# Config keys that do not change what a run computes: left out of its identity.
+_NOT_IDENTITY = {"seed", "device", "progress", "resume", "paths", "hydra"}
+_NOT_IDENTITY_TRAIN = {"compile", "log_every", "checkpoint_every", "eval_sequences"}
+_NOT_IDENTITY_MODEL = {"attention"}
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    run_id: str  # the configuration with its seed
+    config_id: str  # the configuration without its seed: what seeds of one configuration share
+    config: str  # that configuration as canonical JSON (what differs between configurations is read here)
+
+
+def run_identity(config: dict[str, Any]) -> RunIdentity:
+    """The identity of a run from its resolved ``config.yaml`` mapping."""
+    core = {k: v for k, v in config.items() if k not in _NOT_IDENTITY}
+    if isinstance(core.get("train"), dict):
+        core["train"] = {k: v for k, v in core["train"].items() if k not in _NOT_IDENTITY_TRAIN}
+    if isinstance(core.get("model"), dict):
+        core["model"] = {k: v for k, v in core["model"].items() if k not in _NOT_IDENTITY_MODEL}
+    text = json.dumps(core, sort_keys=True, default=str)
+    seeded = json.dumps({"seed": config.get("seed"), **core}, sort_keys=True, default=str)
+    return RunIdentity(_digest(seeded), _digest(text), text)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def differing_keys(configs: list[str]) -> list[str]:
+    """Dotted keys whose values differ among the JSON ``configs`` (see :class:`RunIdentity`), sorted."""
+    flat = [_flatten(json.loads(c)) for c in configs]
+    keys = sorted(set().union(*flat))
+    return [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flat}) > 1]
+
+
+def describe_config(config: str, keys: list[str]) -> str:
+    """``key=value`` pairs of ``config`` (JSON) for ``keys``, e.g. ``train.lr=0.001,train.steps=300``."""
+    flat = _flatten(json.loads(config))
+    return ",".join(f"{k}={flat.get(k)}" for k in keys)
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+@dataclass
+class Results:
+    """The three tables of an output folder (see the module docstring)."""
+
+    evaluations: pd.DataFrame
+    sequences: pd.DataFrame
+    positions: pd.DataFrame
+
+    @classmethod
+    def empty(cls) -> Results:
+        return cls(pd.DataFrame(columns=COLUMNS), pd.DataFrame(columns=SEQUENCE_COLUMNS),
+                   pd.DataFrame(columns=POSITION_COLUMNS))
+
+    @classmethod
+    def concat(cls, parts: list[Results]) -> Results:
+        if not parts:
+            return cls.empty()
+        return cls(*(pd.concat([getattr(p, t) for p in parts], ignore_index=True)
+                     for t in ("evaluations", "sequences", "positions")))
+
+    def done(self) -> frozenset[tuple[str, int, str]]:
+        """(run_id, eval_length, scaling) evaluated with their sequences: nothing to evaluate again."""
+        have = set(zip(self.sequences["run_id"], self.sequences["eval_length"], self.sequences["scaling"]))
+        noted = self.evaluations[self.evaluations["note"].fillna("") != ""]  # NaN rows: nothing per sequence
+        have |= set(zip(noted["run_id"], noted["eval_length"], noted["scaling"]))
+        return frozenset(have)
+
+
+def _keys(table: pd.DataFrame) -> pd.Series:
+    depth = table["depth"].astype(float).fillna(NO_DEPTH)
+    return pd.Series(list(zip(table["run_id"], table["eval_length"].astype(int), table["scaling"], depth)),
+                     index=table.index, dtype=object)
+
+
+def merge(existing: Results | None, new: Results) -> Results:
+    """``existing`` with every (run, length, scaling, depth) that ``new`` holds replaced by ``new``'s rows."""
+    if existing is None:
+        return _sorted(new)
+    replaced = set(_keys(new.evaluations))
+    parts = []
+    for name in ("evaluations", "sequences", "positions"):
+        old, fresh = getattr(existing, name), getattr(new, name)
+        kept = old[~_keys(old).isin(replaced)] if len(old) else old
+        parts.append(pd.concat([kept, fresh], ignore_index=True) if len(fresh) else kept.reset_index(drop=True))
+    return _sorted(Results(*parts))
+
+
+def _sorted(results: Results) -> Results:
+    ev = results.evaluations.sort_values(
+        ["task", "encoder", "config_id", "seed", "scaling", "depth", "eval_length"], ignore_index=True)
+    seq = results.sequences.sort_values([*KEY, "sequence"], ignore_index=True)
+    pos = results.positions.sort_values([*KEY, "position"], ignore_index=True)
+    return Results(ev[COLUMNS], seq[SEQUENCE_COLUMNS], pos[POSITION_COLUMNS])
+
+
+def read_results(out_dir: Path) -> Results | None:
+    """The results in ``out_dir``, or None if it holds none; a foreign or damaged table raises one line."""
+    evaluations = read_table(out_dir, EVALUATIONS)
+    if evaluations is None:
+        return None
+    tables = [evaluations, read_table(out_dir, SEQUENCES), read_table(out_dir, POSITIONS)]
+    for table, columns, stem in zip(tables, (COLUMNS, SEQUENCE_COLUMNS, POSITION_COLUMNS),
+                                    (EVALUATIONS, SEQUENCES, POSITIONS)):
+        if table is not None and set(columns) - set(table.columns):
+            missing = ", ".join(sorted(set(columns) - set(table.columns)))
+            raise PosencError(f"{Path(out_dir) / stem}.parquet is not a posenc {stem} table of this version "
+                              f"(no column {missing}); move it away or use another --out")
+    empty = Results.empty()
+    return Results(evaluations[COLUMNS], *(t[c] if t is not None else getattr(empty, n) for t, c, n in
+                                           ((tables[1], SEQUENCE_COLUMNS, "sequences"),
+                                            (tables[2], POSITION_COLUMNS, "positions"))))
+
+
+def write_results(out_dir: Path, results: Results, summary: str | None = None) -> list[Path]:
+    """Write the three tables into ``out_dir`` (Parquet and CSV; Markdown for the evaluations only)."""
+    paths = write_tables(results.evaluations.drop(columns="config"), out_dir, EVALUATIONS, summary=summary,
+                         markdown=True, parquet_table=results.evaluations)
+    paths += write_tables(results.sequences, out_dir, SEQUENCES, markdown=False, csv=False)
+    paths += write_tables(results.positions, out_dir, POSITIONS, markdown=False, csv=False)
+    return paths
+
+
+def finite_or_nan(value: Any) -> float:
+    """``value`` as a float, NaN for None."""
+    return math.nan if value is None else float(value)
