@@ -151,9 +151,11 @@ def steps_table(comparison: pd.DataFrame) -> pd.DataFrame:
     """Steps-to-learn per (task, encoder label): seeds that learned, and the mean steps they needed."""
     first = comparison[(comparison["eval_length"] == comparison["train_length"])
                        & (comparison["scaling"] == NO_SCALING) & comparison["depth"].isna()]
-    return pd.DataFrame({
+    table = pd.DataFrame({
         "task": first["task"], "encoder": labels(first), "train_length": first["train_length"],
-        "learned": [f"{a}/{b}" for a, b in zip(first["n_learned"], first["n_seeds"])],
-        "steps_to_learn": first["steps_to_learn"],
-        "exact_match_at_1x": first["exact_match_mean"],
-    }).sort_values(["task", "steps_to_learn"], na_position="last", ignore_index=True)
+        "seeds learned": [f"{a}/{b}" for a, b in zip(first["n_learned"], first["n_seeds"])],
+        "steps to learn": first["steps_to_learn"], "exact match at 1×": first["exact_match_mean"],
+    }).sort_values(["task", "steps to learn"], na_position="last", ignore_index=True)
+    table["steps to learn"] = [f"{v:.0f}" if v == v else "—" for v in table["steps to learn"]]
+    table["exact match at 1×"] = [f"{v:.3f}" if v == v else "—" for v in table["exact match at 1×"]]
+    return table

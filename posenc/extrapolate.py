@@ -18,7 +18,8 @@ import yaml
 
 from posenc import io as run_io
 from posenc.encoders import ENCODERS, RotaryEncoder
-from posenc.config import MAX_LENGTH
+from posenc.config import MAX_LENGTH, TrainConfig
+from posenc.tasks import TASKS
 from posenc.errors import PosencError, PositionRangeError
 from posenc.evaluate import default_sequences, evaluate_detailed, resolve_device
 from posenc.progress import make_progress
@@ -159,7 +160,7 @@ def extrapolate(
     configs = {run: run_config(run) for run in runs}  # cheap: no checkpoint is read yet
     ids = {run: run_identity(configs[run]).run_id for run in runs}
     plan = {run: scalings_for(configs[run], scalings) for run in runs}
-    wanted = {run: [n for n in (lengths or doubling_lengths(_train_length(configs[run]), up_to))
+    wanted = {run: [n for n in _lengths_for(run, configs[run], lengths, up_to)
                     if any((ids[run], n, scaling_label(sc)) not in done for sc in plan[run])]
               for run in runs}
     parts, skipped = [], []
@@ -203,13 +204,36 @@ def extrapolate(
     return Results.concat(parts), skipped
 
 
+def _lengths_for(run: Path, config: dict, lengths: list[int] | None, up_to: int) -> list[int]:
+    """The lengths to evaluate ``run`` at: ``lengths`` (default: its training length doubled up to ``up_to``);
+    a run that did not learn its task in distribution only at its training length, where it is reported as
+    not learned: past it there is nothing to compare (and the long lengths are the expensive ones)."""
+    train_length = _train_length(config)
+    wanted = lengths or doubling_lengths(train_length, up_to)
+    if not _learned(_metrics(run), config):
+        return [n for n in wanted if n == train_length] or [train_length]
+    return wanted
+
+
+def _learned(metrics: dict, config: dict) -> bool:
+    """Whether a run learned its task in distribution: its ``metrics.json`` says so; a run trained before the
+    mastery criterion existed counts as learned when its exact match reached the default target (tasks
+    without an exact-match criterion, lm: always)."""
+    if "learned" in metrics:
+        return bool(metrics["learned"])
+    task = (config.get("task") or {}).get("name") if isinstance(config.get("task"), dict) else None
+    if task in TASKS and TASKS[task].report_metrics[0] != "exact_match":
+        return True
+    return float(metrics.get("exact_match", 0.0)) >= TrainConfig.target_exact_match
+
+
 def _about(run: Path, config: dict) -> dict:
     """The columns every row of ``run`` shares: where it is, who it is, and whether it learned its task."""
     identity = run_identity(config)
     metrics = _metrics(run)
     steps = metrics.get("steps_to_learn")
     return {"run": describe_run(run), "run_id": identity.run_id, "config_id": identity.config_id,
-            "config": identity.config, "learned": bool(metrics.get("learned", False)),
+            "config": identity.config, "learned": _learned(metrics, config),
             "steps_to_learn": math.nan if steps is None else float(steps)}
 
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc.claims import check, claims_for
+from posenc.claims import Side, check, claims_for
 from posenc.compare import NO_SCALING, labels, pivot, report_metrics, steps_table, with_depth_means
 from posenc.evidence import TableEvidence
 from posenc.plots import plot_all, plot_positions, plot_steps
+from posenc.stats import paired_difference
 from posenc.store import Results
 
 GENERATED = "Generated"  # the first word of the report's one line that changes between regenerations
@@ -63,6 +64,29 @@ def _figures(results: Results, comparison: pd.DataFrame, out_dir: Path) -> dict[
     return figures
 
 
+REFERENCE = Side("rope")  # paired differences are shown against the most widely used encoder
+
+
+def paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str, metric: str) -> pd.DataFrame | None:
+    """Each learned encoder (as trained) minus :data:`REFERENCE` on ``metric``, paired by sequence, with its
+    95% interval (:func:`posenc.stats.paired_difference`), at 2x and 4x the training length; None when the
+    reference did not learn ``task`` or was not run."""
+    if not evidence.learned(task, REFERENCE):
+        return None
+    rows = []
+    encoders = sorted(set(comparison.loc[(comparison["task"] == task) & comparison["learned"], "encoder"]))
+    for encoder in encoders:
+        if encoder == REFERENCE.encoder:
+            continue
+        row = {"encoder": f"{encoder} − {REFERENCE.encoder}"}
+        for factor in (2, 4):
+            a = evidence.values(task, Side(encoder), factor, metric)
+            b = evidence.values(task, REFERENCE, factor, metric)
+            row[f"{factor}×"] = "—" if not a or not b else paired_difference(a, b, metric != "loss").format(signed=True)
+        rows.append(row)
+    return pd.DataFrame(rows) if rows else None
+
+
 def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: str) -> tuple[str, dict]:
     """Draw every figure into ``out_dir`` and return ``report.md``'s text and the figures.
 
@@ -81,6 +105,7 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
     trained = comparison[comparison["scaling"] == NO_SCALING]
     scaled_encoders = set(comparison.loc[comparison["scaling"] != NO_SCALING, "encoder"])
     steps = steps_table(comparison)
+    evidence = TableEvidence(with_depth_means(results))
     for task in sorted(comparison["task"].unique()):
         parts.append(f"## {task}\n")
         data = comparison.loc[comparison["task"] == task, "data"].dropna().unique() if "data" in comparison else []
@@ -88,7 +113,7 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
         mine = steps[steps["task"] == task].drop(columns="task")
         if report_metrics(task)[0] == "exact_match":
             parts.append("**In distribution** (mastery: seeds that learned, mean steps-to-learn of those)\n\n"
-                         + mine.to_markdown(index=False, floatfmt=".3g") + "\n")
+                         + mine.to_markdown(index=False, disable_numparse=True) + "\n")
         metrics = report_metrics(task)
         for metric in metrics[:2]:
             table = pivot(trained, metric, task).drop(columns="task")
@@ -100,6 +125,13 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
                   for m in metrics if (task, m, "depth") in figures]
         if (task, "positions") in figures:
             parts.append(f"![{task}: accuracy by answer position]({figures[(task, 'positions')].name})\n")
+        diff_metric = "loss" if metrics[0] == "perplexity" else metrics[1]
+        diffs = paired_table(evidence, comparison, task, diff_metric)
+        if diffs is not None:
+            parts.append(f"**Paired differences** in {diff_metric.replace('_', ' ')} against {REFERENCE.encoder} "
+                         "(same sequences, mean [95% interval]; positive: "
+                         f"{'higher loss' if diff_metric == 'loss' else 'better'} than {REFERENCE.encoder})\n\n"
+                         + diffs.to_markdown(index=False, disable_numparse=True) + "\n")
         scaled = comparison[comparison["encoder"].isin(scaled_encoders) & (comparison["task"] == task)]
         if len(scaled) and (scaled["scaling"] != NO_SCALING).any():
             parts.append(f"### {task}: RoPE context extension at evaluation\n\n"
@@ -115,8 +147,7 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
                       for m in metrics if (task, m, "rope_scaling") in figures]
     if ("steps",) in figures:
         parts.append(f"## Steps to learn\n\n![steps to learn]({figures[('steps',)].name})\n")
-    verdicts = [check(c, TableEvidence(with_depth_means(results))) for c in
-                claims_for(set(comparison["task"]))]
+    verdicts = [check(c, evidence) for c in claims_for(set(comparison["task"]))]
     if verdicts:
         parts.append("## Against the literature\n\n"
                      "Each claim is checked by one rule (`posenc.claims.check`): a comparison holds when the "
