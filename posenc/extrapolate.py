@@ -18,7 +18,8 @@ import yaml
 
 from posenc import io as run_io
 from posenc.encoders import ENCODERS, RotaryEncoder
-from posenc.config import MAX_LENGTH, TrainConfig
+from posenc.config import MAX_LENGTH
+from posenc.files import learned_from_metrics
 from posenc.tasks import TASKS
 from posenc.errors import PosencError, PositionRangeError
 from posenc.evaluate import default_sequences, evaluate_detailed, resolve_device
@@ -216,15 +217,11 @@ def _lengths_for(run: Path, config: dict, lengths: list[int] | None, up_to: int)
 
 
 def _learned(metrics: dict, config: dict) -> bool:
-    """Whether a run learned its task in distribution: its ``metrics.json`` says so; a run trained before the
-    mastery criterion existed counts as learned when its exact match reached the default target (tasks
-    without an exact-match criterion, lm: always)."""
-    if "learned" in metrics:
-        return bool(metrics["learned"])
-    task = (config.get("task") or {}).get("name") if isinstance(config.get("task"), dict) else None
-    if task in TASKS and TASKS[task].report_metrics[0] != "exact_match":
-        return True
-    return float(metrics.get("exact_match", 0.0)) >= TrainConfig.target_exact_match
+    """Whether a run learned its task in distribution (see :func:`posenc.files.learned_from_metrics`)."""
+    task = config.get("task")
+    task = task.get("name") if isinstance(task, dict) else None
+    exact = task not in TASKS or TASKS[task].report_metrics[0] == "exact_match"
+    return learned_from_metrics(metrics, exact)
 
 
 def _about(run: Path, config: dict) -> dict:

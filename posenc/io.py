@@ -1,58 +1,22 @@
-"""Files of a run directory, written atomically (temporary file in the same folder, then rename).
+"""Run directories: finding them, reading their checkpoints, loading a trained model (needs torch).
 
-A reader never sees a half-written checkpoint or table: an error or an interrupt leaves either the
-old file or the new one.
+Writing files atomically and the names of a run's files live in :mod:`posenc.files` (no torch).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
-import yaml
 
 from posenc.config import RunConfig, run_config_from_dict
 from posenc.errors import PosencError
 
-CONFIG_FILE = "config.yaml"  # the resolved config, human-readable
-OVERRIDES_FILE = "overrides.yaml"  # the command-line overrides the run was started with
-CHECKPOINT_FILE = "checkpoint.pt"  # model weights + the resolved config they belong to
-METRICS_FILE = "metrics.json"  # final in-distribution metrics of training
-HISTORY_FILE = "history.csv"  # training curve
-LOG_FILE = "train.log"
-
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
-def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Call ``write`` on a temporary file beside ``path``, then atomically rename it to ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda f: f.write(text.encode()))
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+from posenc.files import (  # noqa: F401  (run-file names and writers, re-exported for callers)
+    CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE, OVERRIDES_FILE, atomic_write,
+    atomic_write_text, dump_yaml, write_json,
+)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -104,6 +68,3 @@ def load_run(run_dir: Path, device: torch.device | str = "cpu"):
         raise PosencError(f"checkpoint {path} does not match its config: {str(err).splitlines()[0]}") from err
     return cfg, task, model.to(device).eval()
 
-
-def dump_yaml(data: dict[str, Any] | list[Any]) -> str:
-    return yaml.safe_dump(data, sort_keys=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc import io as run_io
+from posenc import files as run_io
 from posenc.compare import TABLE_STEM, aggregate, variants
 from posenc.errors import PosencError
 from posenc.report import render

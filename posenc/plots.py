@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc import io as run_io
+from posenc import files as run_io
 
 LABELS = {
     "exact_match": "exact match", "token_accuracy": "token accuracy", "loss": "loss (nats per answer token)",

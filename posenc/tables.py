@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc import io as run_io
+from posenc import files as run_io
 from posenc.errors import PosencError
 
 TRAINING_COLUMNS = [
@@ -20,6 +20,8 @@ TRAINING_COLUMNS = [
 
 def training_table(runs: list[Path]) -> pd.DataFrame:
     """One row per run: its final in-distribution metrics from ``metrics.json`` (NaN where missing)."""
+    from posenc.tasks import TASKS  # the `posenc runs` command only: tables stay importable without torch
+
     rows = []
     for run in runs:
         path = run / run_io.METRICS_FILE
@@ -27,6 +29,9 @@ def training_table(runs: list[Path]) -> pd.DataFrame:
             metrics = json.loads(path.read_text())
         except (OSError, ValueError):
             metrics = {}
+        if metrics:
+            exact = metrics.get("task") not in TASKS or TASKS[metrics["task"]].report_metrics[0] == "exact_match"
+            metrics["learned"] = run_io.learned_from_metrics(metrics, exact)
         rows.append({**{c: None for c in TRAINING_COLUMNS}, **metrics, "run": describe_run(run)})
     return pd.DataFrame(rows, columns=TRAINING_COLUMNS)
 
