@@ -58,6 +58,9 @@ def compare_into(
 def regenerate(out: Path, command: str) -> tuple[pd.DataFrame, list[Path], dict]:
     """Rewrite ``out``'s comparison, figures and report from its tables alone: the runs and lengths its
     ``comparison`` table covers, re-aggregated from ``extrapolation``/``sequences``/``positions``."""
+    if not (Path(out) / f"{TABLE_STEM}.parquet").is_file():  # before the lock, which would create `out`
+        raise PosencError(f"{out} holds no comparison (no {TABLE_STEM}.parquet); run `posenc compare --out` "
+                          "there first")
     with table_lock(out):
         results = read_results(out)
         previous = read_table(out, TABLE_STEM)

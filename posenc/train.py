@@ -213,7 +213,7 @@ def train(
                 check_finite(step)
                 checkpoint(step)
     seconds = elapsed + time.perf_counter() - start
-    trained = step
+    trained = learned_at if learned_at is not None else step  # a learned checkpoint resumed trains nothing
 
     final = evaluate(model, task, cfg.task.length, t.eval_sequences)
     metrics = {

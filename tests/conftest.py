@@ -18,6 +18,10 @@ TINY = [
     "train.steps=4", "train.batch_size=4", "train.eval_sequences=4", "train.log_every=2",
     "task.length=16", "task.min_length=8", "progress=false",
 ]  # fmt: skip
+# With mastery checks patched to score 1.0 (fixture `always_learns`, or `posenc_cli(..., learns=True)`), a tiny
+# run is learned at its first check, step 2 of its 4: evaluated past its training length like a learned run.
+LEARNS = ["train.check_every=2"]
+HERE = Path(__file__).resolve().parent
 
 
 def compose_dict(overrides: list[str] | None = None) -> dict:
@@ -38,22 +42,48 @@ def tiny_config(*overrides: str) -> RunConfig:
     return run_config_from_dict(tiny_dict(*overrides))
 
 
-def posenc_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run the installed `posenc` command as a user would (fresh process, own working directory)."""
+def posenc_cli(*args: str, cwd: Path, timeout: float = 300, learns: bool = False) -> subprocess.CompletedProcess:
+    """Run the installed `posenc` command as a user would (fresh process, own working directory).
+
+    ``learns``: every mastery check scores 1.0 (tests/always_learns.py), so tiny runs count as learned.
+    """
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run(
-        [sys.executable, "-m", "posenc", *args], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=timeout,
-    )
+    command = [sys.executable, str(HERE / "always_learns.py")] if learns else [sys.executable, "-m", "posenc"]
+    return subprocess.run([*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def always_learns(monkeypatch):
+    """Every mastery check scores 1.0: with LEARNS, a tiny run is learned at step 2 (and stops there)."""
+    import posenc.train
+
+    calls = []
+
+    def check(model, task, length, sequences):
+        calls.append(length)
+        return 1.0
+
+    monkeypatch.setattr(posenc.train, "mastery_check", check)
+    return calls
+
+
+def learned_run(run_dir: Path, *overrides: str) -> dict:
+    """Train a tiny run into ``run_dir`` that counts as learned (needs the `always_learns` fixture)."""
+    from posenc.train import train
+
+    overrides = (*LEARNS, *overrides)
+    return train(tiny_config(*overrides), run_dir, tiny_dict(*overrides))
 
 
 @pytest.fixture(scope="session")
 def trained_runs(tmp_path_factory) -> Path:
-    """A tiny multirun sweep (rope and learned on copy) trained once for the whole test session."""
+    """A tiny multirun sweep (rope and learned on copy) trained once for the whole test session; both runs
+    count as learned (mastery checks patched to 1.0, see LEARNS), so they are evaluated at every length."""
     root = tmp_path_factory.mktemp("sweep")
     result = posenc_cli(
-        "train", "-m", "encoder=rope,learned", *TINY, f"hydra.sweep.dir={root / 'sweep'}", cwd=root
+        "train", "-m", "encoder=rope,learned", *TINY, *LEARNS, f"hydra.sweep.dir={root / 'sweep'}", cwd=root,
+        learns=True,
     )
     assert result.returncode == 0, result.stderr
     return root / "sweep"

@@ -70,6 +70,15 @@ CASES = [
     ("lm corpus too small to split", ["train", "task=lm", "task.corpus={tmp}/tiny-corpus", "task.pattern=*.txt"]),
     ("lm window longer than the training text", ["train", "task=lm", "task.corpus={tmp}/small-corpus",
                                                  "task.pattern=*.txt", "task.length=4096"]),
+    ("superscript digit in lengths", ["extrapolate", "--runs", "{run}", "--lengths", "16,6²", "--out", "{out}"]),
+    ("superscript digit in lengths to compare", ["compare", "--runs", "{run}", "--lengths", "²", "--out", "{out}"]),
+    ("retrieval shorter than its pairs", ["train", "task=retrieval", "task.n_pairs=5"]),  # needs 20 > 16 tokens
+    ("retrieval with fewer keys than pairs", ["train", "task=retrieval", "task.n_pairs=3", "task.n_keys=2"]),
+    ("negative check interval", ["train", "train.check_every=-1"]),
+    ("mastery target above 1", ["train", "train.target_exact_match=1.5"]),
+    ("report of a folder without a comparison", ["report", "{out}"]),
+    ("report of a missing folder", ["report", "{tmp}/missing"]),
+    ("compare into a foreign table", ["compare", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/foreign"]),
 ]
 
 
@@ -91,6 +100,10 @@ def workspace(tmp_path_factory, request) -> Path:
         (tmp / name).mkdir()
         (tmp / name / CHECKPOINT_FILE).write_bytes(content)
     (tmp / "garbage" / METRICS_FILE).write_text("{}")
+    (tmp / "foreign").mkdir()
+    import pandas as pd
+
+    pd.DataFrame({"run": ["x"], "exact_match": [1.0]}).to_parquet(tmp / "foreign" / "extrapolation.parquet")
     (tmp / "damaged").mkdir()
     (tmp / "damaged" / "extrapolation.parquet").write_bytes(b"PAR1 broken")
     (tmp / "readonly").mkdir()

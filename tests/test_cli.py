@@ -4,18 +4,18 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import TINY, posenc_cli
+from conftest import LEARNS, TINY, posenc_cli
 from typer.testing import CliRunner
 
 from posenc.cli import app
 from posenc.encoders import ENCODERS
-from posenc.extrapolate import COLUMNS
+from posenc.store import COLUMNS, POSITION_COLUMNS, SEQUENCE_COLUMNS
 from posenc.io import CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE
 from posenc.train import short_dirname
 
 runner = CliRunner()
-# The sub-folder Hydra names after the tiny overrides (sorted, joined by commas).
-OVERRIDE_DIR = short_dirname(",".join(sorted(o for o in TINY if not o.startswith("progress="))))
+# The sub-folder Hydra names after the overrides of the `trained_runs` sweep (sorted, joined by commas).
+OVERRIDE_DIR = short_dirname(",".join(sorted(o for o in [*TINY, *LEARNS] if not o.startswith("progress="))))
 
 
 def assert_one_line_error(returncode: int, stderr: str, *needles: str) -> None:
@@ -62,11 +62,19 @@ def test_extrapolate_writes_tidy_tables_and_reports_learned_overflow(trained_run
     result = runner.invoke(app, ["extrapolate", "--runs", str(trained_runs), "--lengths", "16,40", "--out", str(out),
                                  "--sequences", "3", "--device", "cpu"])
     assert result.exit_code == 0, result.output
-    table = pd.read_csv(out / "extrapolation.csv")
-    table["note"] = table.note.fillna("")  # CSV has no empty-string/NaN distinction
-    assert list(table.columns) == COLUMNS
+    table = pd.read_csv(out / "extrapolation.csv", dtype={"note": object, "data": object})
+    for column in ("note", "data"):
+        table[column] = table[column].fillna("")  # CSV has no empty-string/NaN distinction
+    assert list(table.columns) == [c for c in COLUMNS if c != "config"]  # the whole config: Parquet only
     assert len(table) == 4 and set(table.eval_length) == {16, 40}
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "extrapolation.parquet"), table, check_dtype=False)
+    stored = pd.read_parquet(out / "extrapolation.parquet")
+    assert list(stored.columns) == COLUMNS and stored["config"].str.startswith("{").all()
+    pd.testing.assert_frame_equal(stored.drop(columns="config"), table, check_dtype=False)
+    sequences, positions = pd.read_parquet(out / "sequences.parquet"), pd.read_parquet(out / "positions.parquet")
+    assert list(sequences.columns) == SEQUENCE_COLUMNS and list(positions.columns) == POSITION_COLUMNS
+    assert len(sequences) == table.n_sequences.sum() == 3 * 3  # rope at 16 and 40, learned at 16
+    assert not (out / "sequences.csv").exists()
+    assert (table.learned == True).all() and (table.steps_to_learn == 2).all()  # noqa: E712
     assert "| encoder" in (out / "extrapolation.md").read_text()
     learned_long = table[(table.encoder == "learned") & (table.eval_length == 40)].iloc[0]
     assert pd.isna(learned_long.exact_match) and "16 positions" in learned_long.note
@@ -88,10 +96,12 @@ def test_extrapolate_updates_rows_in_place_and_skips_broken_runs(trained_runs: P
     assert result.exit_code == 0, result.output
     assert "skipped:" in result.stderr and "cannot read checkpoint" in result.stderr
     table = pd.read_parquet(out / "extrapolation.parquet")
-    assert len(table) == 6 and not table.duplicated(["run", "eval_length"]).any()
+    assert len(table) == 6 and not table.duplicated(["run_id", "eval_length"]).any()
     assert sorted(set(table.eval_length)) == [16, 24, 32]
     kept = table[table.eval_length == 16].reset_index(drop=True)
     pd.testing.assert_frame_equal(kept, first[first.eval_length == 16].reset_index(drop=True))
+    sequences = pd.read_parquet(out / "sequences.parquet")
+    assert sorted(sequences.groupby("eval_length").size().items()) == [(16, 4), (24, 2), (32, 2)]  # learned: 16 only
 
 
 def test_runs_lists_training_metrics(trained_runs: Path, tmp_path):
@@ -99,7 +109,8 @@ def test_runs_lists_training_metrics(trained_runs: Path, tmp_path):
     assert result.exit_code == 0, result.output
     table = pd.read_csv(tmp_path / "training.csv")
     assert sorted(table.encoder) == ["learned", "rope"]
-    assert (table.steps == 4).all() and table.exact_match.between(0, 1).all()
+    assert (table.steps == 2).all() and (table.budget == 4).all()  # learned at the first check (step 2)
+    assert (table.steps_to_learn == 2).all() and table.learned.all() and table.exact_match.between(0, 1).all()
 
 
 @pytest.mark.parametrize("lengths", ["5x", "0", "-3", "", "512,,1", "1e3", "99999999"])

@@ -1,148 +1,163 @@
-"""Aggregation across seeds (numbers computed by hand), the literature checks, and `posenc compare` end to end."""
+"""Aggregation across seeds (numbers computed by hand, pooling only seeds of one configuration), intervals,
+not-learned groups, depth means, and `posenc compare` end to end."""
 
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
-from conftest import TINY, posenc_cli
+from conftest import LEARNS, TINY, posenc_cli
+from fake_results import fake_run, results_of
 
-from posenc.compare import aggregate, mean_std_ci, pivot, t_quantile_975, with_depth_means
-from posenc.extrapolate import COLUMNS, doubling_lengths
-from posenc.report import literature_checks, perplexity_checks
-
-
-@pytest.mark.parametrize(
-    "df, expected",  # scipy.stats.t.ppf(0.975, df)
-    [(1, 12.7062), (2, 4.3027), (4, 2.7764), (10, 2.2281), (30, 2.0423), (40, 2.0211), (60, 2.0003),
-     (120, 1.9799), (10**6, 1.9600)],
-)
-def test_t_quantile(df, expected):
-    assert t_quantile_975(df) == pytest.approx(expected, abs=2e-4)
+from posenc.compare import aggregate, cell, labels, pivot, steps_table, variants, with_depth_means
+from posenc.extrapolate import doubling_lengths
+from posenc.stats import Z95, group_estimate
 
 
-def test_mean_std_ci_by_hand():
-    # mean 0.5; deviations -0.3, -0.1, 0.4 -> variance 0.26 / 2 = 0.13; half-width t_{0.975,2} sqrt(0.13/3)
-    n, mean, std, half = mean_std_ci(pd.Series([0.2, 0.4, 0.9]))
-    assert (n, mean) == (3, pytest.approx(0.5))
-    assert std == pytest.approx(math.sqrt(0.13))
-    assert half == pytest.approx(4.302653 * math.sqrt(0.13) / math.sqrt(3), rel=1e-4)
-    assert half == pytest.approx(0.8957, abs=1e-4)
-    n, mean, std, half = mean_std_ci(pd.Series([0.7, math.nan]))  # NaN (no value) is not a seed
-    assert (n, mean) == (1, 0.7) and math.isnan(std) and math.isnan(half)
-    assert mean_std_ci(pd.Series([math.nan]))[0] == 0
+def _row(comparison, **where):
+    mask = np.ones(len(comparison), dtype=bool)
+    for key, value in where.items():
+        column = comparison[key]
+        mask &= column.isna().to_numpy() if isinstance(value, float) and math.isnan(value) else (column == value).to_numpy()
+    rows = comparison[mask]
+    assert len(rows) == 1, rows
+    return rows.iloc[0]
 
 
-def _rows(encoder, task, length, values, note="", scaling="none", depth=math.nan):
-    return [{"run": f"r/{encoder}/{seed}", "encoder": encoder, "task": task, "train_length": 64,
-             "eval_length": length, "scaling": scaling, "scaling_factor": math.nan, "depth": depth,
-             "seed": seed, "loss": 1.0 - v, "perplexity": math.exp(1.0 - v), "token_accuracy": v,
-             "exact_match": v, "n_sequences": 4, "seconds": 0.1, "note": note}
-            for seed, v in enumerate(values)]
+def test_aggregate_pools_the_seeds_of_one_configuration_by_hand():
+    seeds = {0: [1, 1, 1, 0], 1: [1, 0, 0, 0], 2: [1, 1, 0, 0]}
+    results = results_of(*(fake_run("rope", {64: v, 128: [0, 0, 0, 0]}, seed=s) for s, v in seeds.items()))
+    comparison = aggregate(results)
+    assert len(comparison) == 2  # one row per length
+    rope = _row(comparison, eval_length=64)
+    assert (rope["n_seeds"], rope["seeds"], rope["n_sequences"], rope["variant"]) == (3, "0,1,2", 12, "")
+    assert rope["run_ids"] == ",".join(sorted(results.evaluations["run_id"].unique()))
+    assert rope["exact_match_mean"] == pytest.approx(np.mean([0.75, 0.25, 0.5]))  # the mean of seed means
+    est = group_estimate([np.array(v, dtype=float) for v in seeds.values()], bounded=True)
+    assert (rope["exact_match_low"], rope["exact_match_high"]) == pytest.approx((est.low, est.high))
+    loss = group_estimate([1 - np.array(v, dtype=float) for v in seeds.values()], bounded=False)
+    assert (rope["loss_mean"], rope["loss_low"], rope["loss_high"]) == pytest.approx((loss.mean, loss.low, loss.high))
+    assert rope["perplexity_mean"] == pytest.approx(math.exp(loss.mean))
+    assert rope["perplexity_high"] == pytest.approx(math.exp(loss.high))
+    assert bool(rope["learned"]) and rope["n_learned"] == 3 and rope["steps_to_learn"] == 100.0
+    assert cell(rope, "exact_match") == f"0.500 [{est.low:.3f}, {est.high:.3f}]"
 
 
-def test_aggregate_groups_by_encoder_task_and_lengths():
-    table = pd.DataFrame(
-        _rows("rope", "copy", 64, [1.0, 0.8, 0.9]) + _rows("rope", "copy", 128, [0.0, 0.1, 0.2])
-        + _rows("learned", "copy", 128, [math.nan] * 3, note="learned position table has 64 positions")
-    )
-    out = aggregate(table).set_index(["encoder", "eval_length"])
-    rope = out.loc[("rope", 64)]
-    assert rope["n_seeds"] == 3 and rope["seeds"] == "0,1,2"
-    assert rope["exact_match_mean"] == pytest.approx(0.9)
-    assert rope["exact_match_std"] == pytest.approx(0.1)
-    assert rope["exact_match_ci95"] == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-4)
-    assert rope["exact_match_ci95_low"] == pytest.approx(0.9 - rope["exact_match_ci95"])
-    assert rope["loss_mean"] == pytest.approx(0.1)
-    learned = out.loc[("learned", 128)]
-    assert learned["n_seeds"] == 0 and math.isnan(learned["exact_match_mean"])
-    assert "64 positions" in learned["note"]
-    cells = pivot(aggregate(table), "exact_match").set_index("encoder")
-    assert cells.loc["rope", "64"] == f"0.900 ± {rope['exact_match_ci95']:.3f}"
-    assert cells.loc["learned", "128"] == "—"
+def test_mixed_sweeps_are_never_pooled():
+    """Runs of one task and encoder in two configurations (train.steps 300 and 3000) are two rows, each
+    labelled by the key that differs, with its own seeds; an encoder run in one configuration has no label."""
+    short = [fake_run("rope", {64: [0, 0, 0, 0], 128: [0, 0, 0, 0]}, seed=s, steps=300) for s in (0, 1)]
+    long = [fake_run("rope", {64: [1, 1, 1, 1], 128: [1, 1, 0, 0]}, seed=s, steps=3000) for s in (0, 1, 2)]
+    alibi = [fake_run("alibi", {64: [1, 1, 1, 1], 128: [1, 1, 1, 1]}, seed=s, steps=3000) for s in (0, 1)]
+    results = results_of(*short, *long, *alibi)
+    assert results.evaluations.loc[results.evaluations["encoder"] == "rope", "config_id"].nunique() == 2
+    comparison = aggregate(results)
+    assert len(comparison) == 6  # (rope x 2 configurations + alibi) x 2 lengths
+    few = _row(comparison, encoder="rope", eval_length=64, variant="train.steps=300")
+    many = _row(comparison, encoder="rope", eval_length=64, variant="train.steps=3000")
+    assert (few["n_seeds"], few["seeds"], few["n_sequences"]) == (2, "0,1", 8)  # seeds counted per configuration
+    assert (many["n_seeds"], many["seeds"], many["n_sequences"]) == (3, "0,1,2", 12)
+    assert few["exact_match_mean"] == 0.0 and many["exact_match_mean"] == 1.0  # never averaged to 0.6
+    assert few["config_id"] != many["config_id"]
+    assert set(comparison.loc[comparison["encoder"] == "alibi", "variant"]) == {""}
+    table = pivot(comparison, "exact_match").set_index("encoder")
+    assert sorted(table.index) == ["alibi", "rope [train.steps=3000]", "rope [train.steps=300]"]
+    assert table.loc["rope [train.steps=300]", "64"].startswith("0.000 [")
+    assert table.loc["rope [train.steps=3000]", "128"].startswith("0.500 [")
+    ev = results.evaluations
+    assert sorted(set(variants(ev))) == ["", "train.steps=300", "train.steps=3000"]
 
 
-def _comparison(values: dict[tuple[str, int], float]) -> pd.DataFrame:
-    rows = []
-    for (encoder, factor), v in values.items():
-        rows += _rows(encoder, "copy", 64 * factor, [v])
-    return aggregate(pd.DataFrame(rows))
+def test_configurations_differing_in_several_keys_name_all_of_them():
+    results = results_of(fake_run("rope", {64: [1]}, steps=300, lr=0.01),
+                         fake_run("rope", {64: [0]}, steps=3000, lr=0.001),
+                         fake_run("rope", {64: [1]}, seed=1, steps=3000, lr=0.001))
+    comparison = aggregate(results)
+    assert sorted(comparison["variant"]) == ["train.lr=0.001,train.steps=3000", "train.lr=0.01,train.steps=300"]
+    assert sorted(comparison["n_seeds"]) == [1, 2]
 
 
-def test_literature_checks_say_whether_we_agree():
-    agree = _comparison({("sinusoidal", 1): 0.9, ("sinusoidal", 2): 0.0, ("alibi", 1): 1.0, ("alibi", 2): 0.9,
-                         ("alibi", 4): 0.8, ("rope", 1): 1.0, ("rope", 2): 0.0, ("rope", 4): 0.1})
-    lines = literature_checks(agree)
-    assert len(lines) == 3 and all("**agrees**" in line for line in lines)
-    assert "sinusoidal 0.90 at 1× → 0.00 at 2×" in lines[0]
-    differ = _comparison({("rope", 1): 1.0, ("rope", 2): 0.9, ("alibi", 1): 1.0, ("alibi", 2): 0.1,
-                          ("alibi", 4): 0.0, ("rope", 4): 0.5})
-    assert all("**differs**" in line for line in literature_checks(differ))
+def test_intervals_stay_inside_0_1_and_are_never_zero_width_for_shares():
+    zeros = [fake_run("rope", {64: [0] * 8}, seed=s) for s in range(3)]
+    ones = [fake_run("alibi", {64: [1] * 8}, seed=s) for s in range(3)]
+    spread = [fake_run("nope", {64: v}, seed=s) for s, v in enumerate([[1] * 8, [0] * 8, [1, 0] * 4])]
+    comparison = aggregate(results_of(*zeros, *ones, *spread))
+    zero, one, mixed = (_row(comparison, encoder=e) for e in ("rope", "alibi", "nope"))
+    n = 24
+    for metric in ("exact_match", "token_accuracy"):
+        assert zero[f"{metric}_low"] == 0.0 and zero[f"{metric}_high"] == pytest.approx(Z95**2 / (n + Z95**2))
+        assert one[f"{metric}_high"] == 1.0 and one[f"{metric}_low"] == pytest.approx(n / (n + Z95**2))
+        for row in (zero, one, mixed):
+            assert 0.0 <= row[f"{metric}_low"] < row[f"{metric}_high"] <= 1.0
+            assert row[f"{metric}_low"] <= row[f"{metric}_mean"] <= row[f"{metric}_high"]
+    # seeds that disagree widen the interval beyond what 24 sequences alone would give
+    assert mixed["exact_match_high"] - mixed["exact_match_low"] > 0.4
+    assert zero["loss_low"] == zero["loss_high"] == 1.0  # an unbounded value: zero width only when all equal
 
 
-def test_a_finding_on_encoders_that_never_learned_the_task_is_not_testable():
-    lines = literature_checks(_comparison({("sinusoidal", 1): 0.0, ("sinusoidal", 2): 0.0}))
-    assert len(lines) == 1 and "**not testable here**" in lines[0] and "agrees" not in lines[0]
+def test_not_learned_groups_show_their_in_distribution_value_and_nothing_past_it():
+    # seed 0 did not learn (a check once met the target, the final one did not: its steps do not count)
+    runs = [fake_run("rope", {64: [1, 1, 0, 0], 128: [1, 1, 1, 1]}, seed=0, learned=False, steps_to_learn=50.0),
+            fake_run("rope", {64: [1, 1, 1, 1], 128: [1, 1, 1, 1]}, seed=1, steps_to_learn=200.0),
+            fake_run("alibi", {64: [1, 1, 1, 1], 128: [0, 0, 1, 1]}, seed=0, steps_to_learn=300.0),
+            fake_run("alibi", {64: [1, 1, 1, 1], 128: [0, 0, 1, 1]}, seed=1, steps_to_learn=500.0)]
+    comparison = aggregate(results_of(*runs))
+    rope_1x, rope_2x = (_row(comparison, encoder="rope", eval_length=n) for n in (64, 128))
+    assert not rope_1x["learned"] and rope_1x["n_learned"] == 1 and rope_1x["n_seeds"] == 2
+    assert rope_1x["steps_to_learn"] == 200.0  # the mean over the seeds that learned
+    assert cell(rope_1x, "exact_match") == "0.750 (not learned: 1/2 seeds)"
+    assert cell(rope_2x, "exact_match") == "n/l" and cell(rope_2x, "token_accuracy") == "n/l"
+    alibi = _row(comparison, encoder="alibi", eval_length=128)
+    assert alibi["learned"] and alibi["steps_to_learn"] == 400.0
+    assert cell(alibi, "exact_match").startswith("0.500 [")
+    table = pivot(comparison, "exact_match").set_index("encoder")
+    assert table.loc["rope", "128"] == "n/l" and table.loc["rope", "64"].endswith("(not learned: 1/2 seeds)")
+    steps = steps_table(comparison).set_index("encoder")
+    assert steps.loc["rope", "seeds learned"] == "1/2" and steps.loc["alibi", "seeds learned"] == "2/2"
+    assert steps.loc["alibi", "steps to learn"] == "400" and steps.loc["rope", "steps to learn"] == "200"
+    assert list(steps.index) == ["rope", "alibi"]  # fastest learner first
 
 
-def test_rope_scaling_rows_are_compared_with_the_rope_runs_as_trained():
-    rows = _rows("rope", "copy", 64, [1.0]) + _rows("rope", "copy", 128, [0.3])
-    rows += _rows("rope", "copy", 128, [0.6], scaling="yarn") + _rows("rope", "copy", 128, [0.2], scaling="linear")
-    comparison = aggregate(pd.DataFrame(rows))
-    assert len(comparison) == 4  # scalings are groups of their own
-    line = [x for x in literature_checks(comparison) if x.startswith("Peng et al. 2023")][0]
-    assert "**agrees**" in line and "as trained 0.30, linear 0.20, yarn 0.60" in line
-    cells = pivot(comparison, "exact_match").set_index("encoder")
-    assert cells.loc["rope +yarn", "128"] == "0.600" and cells.loc["rope", "128"] == "0.300"
+def test_rows_without_a_value_and_scalings_and_depths_are_groups_of_their_own():
+    note = "learned position table has 64 positions"
+    runs = [fake_run("learned", {64: [1, 1], 128: []}, note={128: note}),
+            fake_run("rope", {64: [1, 1], 128: [0, 1]}), fake_run("rope", {128: [1, 1]}, scaling="yarn"),
+            fake_run("rope", {128: [0, 0]}, scaling="ntk:4")]
+    comparison = aggregate(results_of(*runs))
+    nan_row = _row(comparison, encoder="learned", eval_length=128)
+    assert math.isnan(nan_row["exact_match_mean"]) and nan_row["n_sequences"] == 0 and nan_row["note"] == note
+    assert cell(nan_row, "exact_match") == "—"
+    assert sorted(labels(comparison[comparison["eval_length"] == 128])) == [
+        "learned", "rope", "rope +ntk:4", "rope +yarn"]
+    assert _row(comparison, encoder="rope", scaling="yarn")["exact_match_mean"] == 1.0
+    passkey = aggregate(fake_run("alibi", {64: [1]}, task="passkey", depth=0.25))
+    assert list(labels(passkey)) == ["alibi @depth 0.25", "alibi"]  # and the mean over depths
 
 
-def test_perplexity_check_follows_press_et_al():
-    def lm(values):
-        rows = []
-        for (encoder, factor), ppl in values.items():
-            row = _rows(encoder, "lm", 64 * factor, [0.0])[0]
-            rows.append({**row, "perplexity": ppl, "loss": math.log(ppl)})
-        return aggregate(pd.DataFrame(rows))
-
-    flat = lm({("alibi", 1): 3.0, ("alibi", 4): 2.9, ("rope", 1): 3.0, ("rope", 4): 9.0})
-    (line,) = perplexity_checks(flat)
-    assert "**agrees**" in line and "alibi 3.00 → 2.90; rope 3.00 → 9.00" in line
-    (line,) = perplexity_checks(lm({("alibi", 1): 3.0, ("alibi", 4): 6.0, ("rope", 1): 3.0, ("rope", 4): 4.0}))
-    assert "**differs**" in line
-    assert perplexity_checks(lm({("rope", 1): 3.0, ("rope", 4): 4.0})) == []  # no ALiBi: nothing to say
-
-
-def test_perplexity_check_compares_rope_scalings_with_rope_as_trained_and_linear():
-    def lm(values):
-        rows = []
-        for scaling, ppl in values.items():
-            row = _rows("rope", "lm", 256, [0.0], scaling=scaling)[0]
-            rows.append({**row, "train_length": 64, "perplexity": ppl, "loss": math.log(ppl)})
-        return aggregate(pd.DataFrame(rows))
-
-    (line,) = perplexity_checks(lm({"none": 9.0, "linear": 12.0, "ntk": 6.0, "yarn": 4.0}))
-    assert line.startswith("Peng et al. 2023") and "**agrees**" in line
-    assert "perplexity of the rope runs on lm at 4×: as trained 9.00, linear 12.00, ntk 6.00, yarn 4.00." in line
-    (line,) = perplexity_checks(lm({"none": 9.0, "linear": 3.0, "yarn": 4.0}))  # linear beats yarn
-    assert "**differs**" in line
-    (line,) = perplexity_checks(lm({"none": 3.0, "linear": 12.0, "yarn": 4.0}))  # nothing beats as trained
-    assert "**differs**" in line
-    assert perplexity_checks(lm({"none": 9.0, "yarn": 4.0})) == []  # no linear: the finding is not checked
-
-
-def test_depth_rows_get_a_mean_over_depths_per_run_length_and_scaling():
-    rows = _rows("rope", "passkey", 64, [1.0, 0.5], depth=0.0) + _rows("rope", "passkey", 64, [0.0, 0.5], depth=1.0)
-    rows += _rows("rope", "copy", 64, [0.7])
-    table = with_depth_means(pd.DataFrame(rows))
-    means = table[(table["task"] == "passkey") & table["depth"].isna()].set_index("seed")
-    assert len(table) == 7 and list(means["exact_match"]) == [0.5, 0.5]
-    assert means.loc[0, "loss"] == pytest.approx(0.5) and means.loc[0, "perplexity"] == pytest.approx(math.exp(0.5))
-    assert means.loc[0, "n_sequences"] == 8
-    comparison = aggregate(pd.DataFrame(rows))
-    overall = comparison[(comparison["task"] == "passkey") & comparison["depth"].isna()]
-    assert len(overall) == 1 and overall["exact_match_mean"].iloc[0] == 0.5 and overall["n_seeds"].iloc[0] == 2
+def test_depth_rows_get_a_mean_over_depths_per_sequence():
+    runs = [fake_run("rope", {64: [1, 1, 0]}, task="passkey", depth=0.0, seed=0),
+            fake_run("rope", {64: [0, 1, 0]}, task="passkey", depth=1.0, seed=0),
+            fake_run("rope", {64: [1, 0, 0]}, task="passkey", depth=0.0, seed=1),
+            fake_run("rope", {64: [1, 0, 0]}, task="passkey", depth=1.0, seed=1),
+            fake_run("rope", {64: [1, 1, 1]})]  # copy: no depths, left alone
+    results = results_of(*runs)
+    means = with_depth_means(results)
+    ev, seq = means.evaluations, means.sequences
+    overall = ev[(ev["task"] == "passkey") & ev["depth"].isna()].set_index("seed")
+    assert len(ev) == 5 + 2 and list(overall["exact_match"]) == pytest.approx([0.5, 1 / 3])
+    assert list(overall["n_sequences"]) == [6, 6]
+    run0 = overall.loc[0, "run_id"]
+    per_sequence = seq[(seq["run_id"] == run0) & seq["depth"].isna()].sort_values("sequence")
+    assert list(per_sequence["exact_match"]) == [0.5, 1.0, 0.0]  # sequence i: its mean over the depths
+    assert len(seq[seq["depth"].isna()]) == 3 + 6  # copy's own rows and the two passkey runs' means
+    comparison = aggregate(results)
+    row = _row(comparison, task="passkey", depth=math.nan)
+    assert row["n_seeds"] == 2 and row["exact_match_mean"] == pytest.approx((0.5 + 1 / 3) / 2)
+    assert len(comparison[comparison["task"] == "passkey"]) == 3  # depth 0, depth 1, over all depths
 
 
 def test_doubling_lengths():
@@ -150,34 +165,42 @@ def test_doubling_lengths():
     assert doubling_lengths(100, 50) == [100]
 
 
+# --- `posenc compare` end to end --------------------------------------------------------------------------
+
+
 def test_compare_evaluates_once_then_reuses(trained_runs: Path, tmp_path):
     out = tmp_path / "cmp"
     first = posenc_cli("compare", "--runs", str(trained_runs), "--up-to", "64", "--out", str(out), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert "6 new evaluations, 0 reused" in first.stderr  # 2 runs x lengths 16, 32, 64
+    assert "6 new evaluations" in first.stderr  # 2 runs x lengths 16, 32, 64
     for name in ["comparison.csv", "comparison.parquet", "comparison.md", "extrapolation.parquet", "report.md",
-                 "copy_exact_match.png", "copy_exact_match.svg", "copy_token_accuracy.png", "copy_loss.svg"]:
+                 "sequences.parquet", "positions.parquet", "copy_exact_match.png", "copy_exact_match.svg",
+                 "copy_token_accuracy.png", "copy_loss.svg"]:
         assert (out / name).stat().st_size > 0, name
     comparison = pd.read_parquet(out / "comparison.parquet")
     assert sorted(set(comparison["encoder"])) == ["learned", "rope"]
     assert sorted(set(comparison["eval_length"])) == [16, 32, 64]
-    assert (comparison["n_seeds"] <= 1).all()
+    assert (comparison["n_seeds"] == 1).all() and comparison["learned"].all()
     report = (out / "report.md").read_text()
     assert "![copy: exact match](copy_exact_match.png)" in report and "| encoder" in report
-    before = (out / "extrapolation.parquet").read_bytes()
+    before = pd.read_parquet(out / "extrapolation.parquet")
+    sequences = pd.read_parquet(out / "sequences.parquet")
+    assert len(sequences) == before["n_sequences"].sum() > 0  # learned at 32 and 64: NaN rows, none
     again = posenc_cli("compare", "--runs", str(trained_runs), "--up-to", "64", "--out", str(out), cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert "0 new evaluations, 6 reused" in again.stderr
-    assert pd.read_parquet(out / "extrapolation.parquet").equals(pd.read_parquet(pd.io.common.BytesIO(before)))
+    assert "0 new evaluations" in again.stderr
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "extrapolation.parquet"), before)
     more = posenc_cli("compare", "--runs", str(trained_runs), "--lengths", "16,128", "--out", str(out), cwd=tmp_path)
     assert more.returncode == 0, more.stderr
-    assert "2 new evaluations, 2 reused" in more.stderr  # only 128 is new
+    assert "2 new evaluations" in more.stderr  # only 128 is new
     assert sorted(set(pd.read_parquet(out / "comparison.parquet")["eval_length"])) == [16, 128]
+    assert sorted(set(pd.read_parquet(out / "extrapolation.parquet")["eval_length"])) == [16, 32, 64, 128]
 
 
 def test_compare_refuses_bad_input_in_one_line(tmp_path):
     for args, needle in [(["--runs", str(tmp_path / "missing")], "missing"),
-                         (["--lengths", "0,64"], "--lengths"), (["--up-to", "-5"], "--lengths")]:
+                         (["--lengths", "0,64"], "--lengths"), (["--up-to", "-5"], "--lengths"),
+                         (["--lengths", "6²"], "--lengths")]:
         result = posenc_cli("compare", *args, "--out", str(tmp_path / "o"), cwd=tmp_path)
         assert result.returncode == 2 and needle in result.stderr, result.stderr
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
@@ -193,7 +216,29 @@ def test_two_compares_writing_at_once_lose_nothing(trained_runs: Path, tmp_path)
         assert proc.wait(timeout=300) == 0, proc.stderr.read().decode()
     table = pd.read_parquet(out / "extrapolation.parquet")
     assert sorted(set(table["eval_length"])) == [16, 32, 64, 128]  # both commands' rows are there
-    assert len(table) == 8 and not table.duplicated(["run", "eval_length"]).any()
+    assert len(table) == 8 and not table.duplicated(["run_id", "eval_length"]).any()
+    sequences = pd.read_parquet(out / "sequences.parquet")
+    assert sorted(set(sequences["eval_length"])) == [16, 32, 64, 128]
+
+
+def test_compare_pools_nothing_across_configurations_end_to_end(trained_runs: Path, tmp_path):
+    """A second sweep of the same task and encoder with another budget: two rows, never one pooled row."""
+    sweep = tmp_path / "other"
+    result = posenc_cli("train", "-m", "encoder=rope", *TINY, *LEARNS, "train.steps=6",
+                        f"hydra.sweep.dir={sweep}", cwd=tmp_path, learns=True)
+    assert result.returncode == 0, result.stderr
+    runs = tmp_path / "runs"
+    shutil.copytree(trained_runs, runs / "a")
+    shutil.copytree(sweep, runs / "b")
+    out = tmp_path / "cmp"
+    result = posenc_cli("compare", "--runs", str(runs), "--lengths", "16", "--sequences", "4", "--out", str(out),
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    comparison = pd.read_parquet(out / "comparison.parquet")
+    rope = comparison[comparison["encoder"] == "rope"]
+    assert sorted(rope["variant"]) == ["train.steps=4", "train.steps=6"] and (rope["n_seeds"] == 1).all()
+    report = (out / "report.md").read_text()
+    assert "rope [train.steps=4]" in report and "rope [train.steps=6]" in report
 
 
 def test_compare_with_rope_scaling_passkey_depths_and_lm_perplexity(tmp_path):
@@ -204,10 +249,10 @@ def test_compare_with_rope_scaling_passkey_depths_and_lm_perplexity(tmp_path):
     for i in range(20):
         (corpus / f"t{i}.txt").write_text(f"def f{i}(x):\n    return x * {i}\n" * 40)
     sweep = tmp_path / "sweep"
-    common = [*TINY, f"hydra.sweep.dir={sweep}"]
-    for args in (["encoder=rope,alibi", "task=passkey", "task.min_length=12"],
+    common = [*TINY, *LEARNS, f"hydra.sweep.dir={sweep}"]
+    for args in (["encoder=rope,alibi", "task=passkey"],
                  ["encoder=rope", "task=lm", f"task.corpus={corpus}", "task.pattern=*.txt"]):
-        result = posenc_cli("train", "-m", *common, *args, cwd=tmp_path)  # args override TINY
+        result = posenc_cli("train", "-m", *common, *args, cwd=tmp_path, learns=True)  # args override TINY
         assert result.returncode == 0, result.stderr
     out = tmp_path / "cmp"
     result = posenc_cli("compare", "--runs", str(sweep), "--lengths", "16,32", "--rope-scaling", "none,yarn",
@@ -222,7 +267,7 @@ def test_compare_with_rope_scaling_passkey_depths_and_lm_perplexity(tmp_path):
     yarn = table[table["scaling"] == "yarn"]
     assert set(yarn["encoder"]) == {"rope"} and list(yarn.groupby("eval_length")["scaling_factor"].first()) == [1, 2]
     lm = table[table["task"] == "lm"]
-    assert lm["depth"].isna().all() and (lm["perplexity"] > 1).all()
+    assert lm["depth"].isna().all() and (lm["perplexity"] > 1).all() and lm["learned"].all()
     comparison = pd.read_parquet(out / "comparison.parquet")
     rope = comparison[(comparison["task"] == "passkey") & (comparison["encoder"] == "rope")
                       & (comparison["scaling"] == "none") & (comparison["eval_length"] == 32)]

@@ -20,11 +20,12 @@ def test_defaults_compose_to_rope_on_copy():
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("encoder", ENCODERS)
 def test_every_encoder_and_task_composes_and_builds(encoder, task):
-    shortest = max(8, TASKS[task].min_length)  # TINY's task.min_length=8 is too short for passkey's key
-    cfg = tiny_config(f"encoder={encoder}", f"task={task}", f"task.min_length={shortest}")
+    cfg = tiny_config(f"encoder={encoder}", f"task={task}")  # every batch at task.length=16 (the default)
+    assert cfg.task.variable_length is False
     built_task, built_encoder, model = cfg.build()
     assert type(built_encoder) is ENCODERS[encoder] and built_task.key == task
     assert model.cfg.vocab_size == built_task.vocab_size
+    assert built_task.min_length <= cfg.task.length  # retrieval's 4 * n_pairs = 16 fits exactly
 
 
 def test_overrides_reach_the_typed_config():
@@ -42,8 +43,15 @@ def test_overrides_reach_the_typed_config():
         ("train.lr=-1", "train.lr must be > 0"),
         ("task.length=0", "task.length must be between"),
         ("task.length=-5", "task.length must be between"),
-        ("task.min_length=99", "task.min_length must be in"),
-        ("task.min_length=2", "needs sequences of at least 3"),
+        ("task.variable_length=true task.min_length=99", "task.min_length must be in"),
+        ("task.variable_length=true task.min_length=2", "needs sequences of at least 3 tokens, but task.min_length"),
+        ("task.length=2", "needs sequences of at least 3 tokens, but task.length is 2"),
+        ("task=retrieval task.length=15", "needs sequences of at least 16 tokens, but task.length is 15"),
+        ("task=retrieval task.n_pairs=8 task.length=31", "needs sequences of at least 32"),
+        ("train.check_every=-1", "train.check_every must be >= 0"),
+        ("train.check_sequences=0", "train.check_sequences must be > 0"),
+        ("train.target_exact_match=0", "target_exact_match must be in \\(0, 1\\]"),
+        ("train.target_exact_match=1.5", "target_exact_match must be in \\(0, 1\\]"),
         ("model.n_heads=5", "divisible"),
         ("model.d_model=18", "even head dimension"),
         ("seed=-1", "seed must be a non-negative integer"),
@@ -53,7 +61,21 @@ def test_overrides_reach_the_typed_config():
 )
 def test_bad_values_raise_one_clear_config_error(override, message):
     with pytest.raises(ConfigError, match=message):
-        tiny_config(override).build()
+        tiny_config(*override.split()).build()
+
+
+def test_min_length_matters_only_with_variable_length():
+    cfg = tiny_config("task.min_length=99")  # ignored: every batch is at task.length
+    cfg.build()
+    assert tiny_config("task.variable_length=true", "task.min_length=8").task.variable_length is True
+
+
+def test_mastery_defaults():
+    cfg = run_config_from_dict(compose_dict())
+    t = cfg.train
+    assert (t.target_exact_match, t.check_every, t.check_sequences) == (0.99, 100, 512)
+    for task in TASKS:
+        assert run_config_from_dict(compose_dict([f"task={task}"])).task.variable_length is False
 
 
 def test_unknown_keys_are_refused():

@@ -94,8 +94,10 @@ def test_alibi_bias_uses_the_paper_slopes():
     torch.testing.assert_close(bias[:, 4, 0], -4 * F.alibi_slopes(4))
 
 
-def test_sinusoidal_adds_the_table_to_scaled_embeddings():
+def test_sinusoidal_adds_the_table_to_the_embeddings():
+    # The sqrt(d_model) scale of the paper (§3.4) is applied by the model for every encoder (test_model.py),
+    # so the encoder itself only adds its table.
     encoder = build_encoder("sinusoidal", SHAPE, 16)
     x = torch.randn(1, 6, 32)
-    expected = x * 32**0.5 + F.sinusoidal_table(torch.arange(6), 32)
+    expected = x + F.sinusoidal_table(torch.arange(6), 32)
     torch.testing.assert_close(encoder.embed(x, torch.arange(6)), expected)

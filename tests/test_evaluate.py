@@ -2,11 +2,12 @@
 
 import math
 
+import numpy as np
 import pytest
 
 import torch
 
-from posenc.evaluate import Scores, default_sequences, eval_generator
+from posenc.evaluate import MIN_SEQUENCES, Scores, default_sequences, eval_generator
 from posenc.tasks import Batch
 
 
@@ -40,7 +41,9 @@ def test_scores_add_up_over_batches():
 def test_eval_data_is_fixed_per_length():
     assert torch.equal(torch.randint(9, (5,), generator=eval_generator(64)),
                        torch.randint(9, (5,), generator=eval_generator(64)))
-    assert default_sequences(512) == 64 and default_sequences(8192) == 4
+    assert default_sequences(64) == 512 and default_sequences(512) == 64
+    assert default_sequences(8192) == MIN_SEQUENCES == 64  # never fewer than 64 sequences, at any length
+    assert default_sequences(100_000) == 64 and default_sequences(8192, minimum=4) == 4
 
 
 def test_perplexity_is_exp_loss_capped_and_nan_for_nan():
@@ -49,3 +52,72 @@ def test_perplexity_is_exp_loss_capped_and_nan_for_nan():
     assert perplexity(0.0) == 1.0 and perplexity(math.log(5.0)) == pytest.approx(5.0)
     assert math.isfinite(perplexity(1000.0)) and perplexity(1000.0) == math.exp(700.0)
     assert math.isnan(perplexity(math.nan))  # a row with no value (a learned table too short) stays empty
+
+
+class Counting:
+    """A task of consecutive digits mod 10 from a random start; every next digit but the first two is an answer."""
+
+    key, min_length, vocab_size, eval_depths = "counting", 1, 10, ()
+
+    def for_evaluation(self):
+        return self
+
+    def evaluation_batches(self, n_sequences, length, batch_size, generator):
+        from posenc.tasks.base import Task
+
+        yield from Task.evaluation_batches(self, n_sequences, length, batch_size, generator)
+
+    def sample(self, batch_size, length, generator):
+        start = torch.randint(10, (batch_size, 1), generator=generator)
+        tokens = (start + torch.arange(length + 1)) % 10
+        mask = torch.ones(batch_size, length, dtype=torch.bool)
+        mask[:, :2] = False
+        return Batch(tokens[:, :-1], tokens[:, 1:], mask)
+
+
+class AlmostCounts(torch.nn.Module):
+    """Predicts input + 1, except after a 3, where it says 0 (wrong): confident logits (±50)."""
+
+    def __init__(self):
+        super().__init__()
+        self.unused = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, inputs):
+        guess = torch.where(inputs == 3, 0, (inputs + 1) % 10)
+        return torch.nn.functional.one_hot(guess, 10).float() * 100 - 50
+
+
+def test_evaluate_detailed_scores_each_sequence_and_each_position_by_hand():
+    from posenc.evaluate import POSITION_BINS, evaluate, evaluate_detailed
+
+    task, model, n, length = Counting(), AlmostCounts(), 50, 8
+    detail = evaluate_detailed(model, task, length, n, batch_tokens=3 * length)  # 3 sequences per batch
+    inputs = torch.cat([b.inputs for b in task.evaluation_batches(n, length, n, eval_generator(length))])
+    wrong = (inputs == 3).float()  # [n, length]
+    wrong[:, :2] = 0  # not scored
+    expected_accuracy = 1 - wrong.sum(dim=1) / (length - 2)
+    assert np.array_equal(detail.per_sequence["exact_match"], (wrong.sum(dim=1) == 0).float().numpy())
+    assert np.allclose(detail.per_sequence["token_accuracy"], expected_accuracy.numpy())
+    assert np.allclose(detail.per_sequence["loss"], (100 * wrong.sum(dim=1) / (length - 2)).numpy(), atol=1e-3)
+    assert 0 < detail.per_sequence["exact_match"].sum() < n  # both kinds of sequence occur
+    assert detail.bin_width == 1 and list(detail.positions["position"]) == list(range(2, length))  # no answers at 0, 1
+    assert list(detail.positions["total"]) == [n] * (length - 2)
+    assert np.array_equal(detail.positions["correct"], (n - wrong.sum(dim=0)).long().numpy()[2:])
+    means = evaluate(model, task, length, n)
+    assert means == detail.means and means["n_sequences"] == n
+    assert means["token_accuracy"] == pytest.approx(float(expected_accuracy.mean()))
+    assert means["exact_match"] == pytest.approx(float(detail.per_sequence["exact_match"].mean()))
+    wide = evaluate_detailed(model, task, 200, 4)  # bins of equal width, at most POSITION_BINS of them
+    assert wide.bin_width == 4 and len(wide.positions["position"]) == 50 <= POSITION_BINS
+    assert list(wide.positions["position"][:3]) == [0, 4, 8] and list(wide.positions["total"][:2]) == [8, 16]
+
+
+def test_resolve_device():
+    from posenc.errors import PosencError
+    from posenc.evaluate import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(PosencError, match="device=cuda was asked for, but no CUDA device is available"):
+            resolve_device("cuda")

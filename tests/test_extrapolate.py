@@ -1,50 +1,27 @@
-"""The evaluation table's pure helpers: merge keys (run, length, scaling, depth), labels, old tables."""
+"""Evaluating trained runs at lengths: the option parsers, what is evaluated (learned runs past their training
+length, not-learned runs at it only), and the three tables it returns."""
 
 import math
 
-import pandas as pd
 import pytest
+from conftest import learned_run, tiny_config, tiny_dict
 
 from posenc.errors import PosencError
-from posenc.extrapolate import COLUMNS, labels, merge_into, parse_scalings, scaling_label, summary, upgrade
+from posenc.extrapolate import extrapolate, parse_lengths, parse_scalings, run_config, scaling_label
+from posenc.store import COLUMNS, POSITION_COLUMNS, SEQUENCE_COLUMNS, run_identity
 
 
-def _row(run="r/rope/0", length=64, scaling="none", depth=math.nan, exact=1.0, **extra):
-    row = {"run": run, "encoder": run.split("/")[1], "task": "copy", "train_length": 64, "eval_length": length,
-           "scaling": scaling, "scaling_factor": math.nan, "depth": depth, "seed": 0, "loss": 0.5,
-           "perplexity": math.exp(0.5), "token_accuracy": exact, "exact_match": exact, "n_sequences": 4,
-           "seconds": 0.1, "note": ""}
-    return {**row, **extra}
+def test_parse_lengths():
+    assert parse_lengths("512,2048, 8192,512") == [512, 2048, 8192]
+    assert parse_lengths("16") == [16]
 
 
-def test_merge_replaces_rows_with_the_same_key_and_keeps_the_others():
-    old = pd.DataFrame([_row(exact=0.1), _row(scaling="yarn", exact=0.2), _row(length=128, exact=0.3),
-                        _row(depth=0.5, exact=0.4)], columns=COLUMNS)
-    new = pd.DataFrame([_row(exact=0.9), _row(depth=0.5, exact=0.8)], columns=COLUMNS)
-    merged = merge_into(old, new)
-    assert len(merged) == 4
-    by_key = {(r.eval_length, r.scaling, -1 if math.isnan(r.depth) else r.depth): r.exact_match
-              for r in merged.itertuples()}
-    assert by_key == {(64, "none", -1): 0.9, (64, "yarn", -1): 0.2, (128, "none", -1): 0.3, (64, "none", 0.5): 0.8}
-
-
-def test_a_table_from_before_scaling_and_depth_is_upgraded_on_merge():
-    old_columns = [c for c in COLUMNS if c not in ("scaling", "scaling_factor", "depth", "perplexity")]
-    old = pd.DataFrame([_row(length=128, exact=0.3)])[old_columns]
-    up = upgrade(old)
-    assert list(up.columns) == COLUMNS
-    assert up.loc[0, "scaling"] == "none" and math.isnan(up.loc[0, "depth"])
-    assert up.loc[0, "perplexity"] == pytest.approx(math.exp(0.5))
-    merged = merge_into(old, pd.DataFrame([_row()], columns=COLUMNS))
-    assert sorted(merged["eval_length"]) == [64, 128]
-
-
-def test_labels_and_summary_keep_scalings_and_depths_apart():
-    table = pd.DataFrame([_row(), _row(scaling="yarn", exact=0.5), _row(scaling="ntk:4", exact=0.25),
-                          _row(run="r/alibi/0", depth=0.25, exact=0.0)], columns=COLUMNS)
-    assert list(labels(table)) == ["rope", "rope +yarn", "rope +ntk:4", "alibi @depth 0.25"]
-    pivot = summary(table).reset_index().set_index("encoder")
-    assert pivot.loc["rope +yarn", 64] == 0.5 and pivot.loc["rope", 64] == 1.0
+@pytest.mark.parametrize("text", ["²", "6²", "٣", "1e3", "0x10", "", "5,", "+5", "-8", "0", "99999999", "1.5"])
+def test_parse_lengths_refuses_anything_but_ascii_positive_integers_in_one_line(text):
+    with pytest.raises(PosencError) as err:
+        parse_lengths(text)
+    message = str(err.value)
+    assert message.startswith("--lengths: ") and len(message.splitlines()) == 1
 
 
 def test_parse_scalings():
@@ -59,14 +36,79 @@ def test_parse_scalings():
 
 def test_a_single_scaling_method_labels_only_rotary_runs_with_it(trained_runs):
     """`--rope-scaling yarn` alone: rope evaluated under YaRN, learned as trained (and labelled so)."""
-    from posenc.extrapolate import extrapolate, scaling_note
+    from posenc.extrapolate import scaling_note
     from posenc.functional.rope_scaling import RopeScaling
     from posenc.io import find_runs
 
     scalings = [RopeScaling("yarn")]
-    table, skipped = extrapolate(find_runs([trained_runs]), [16, 32], sequences=4, device="cpu",
-                                 progress=False, scalings=scalings)
+    results, skipped = extrapolate(find_runs([trained_runs]), [16, 32], sequences=4, device="cpu",
+                                   progress=False, scalings=scalings)
+    table = results.evaluations
     assert skipped == []
     assert dict(table.groupby("encoder")["scaling"].unique().map(list)) == {"learned": ["none"], "rope": ["yarn"]}
     assert table.loc[table["encoder"] == "learned", "scaling_factor"].isna().all()
     assert scaling_note(table, scalings).endswith("evaluated as trained: learned")
+    assert set(results.sequences["scaling"]) == {"none", "yarn"}
+
+
+def test_a_run_that_did_not_learn_is_evaluated_at_its_training_length_only(tmp_path, always_learns):
+    from posenc.train import train
+
+    failed = tmp_path / "failed"
+    metrics = train(tiny_config(), failed, tiny_dict())  # 4 steps, no check: not learned
+    assert metrics["learned"] is False and metrics["steps_to_learn"] is None
+    learned = tmp_path / "learned"
+    assert learned_run(learned)["learned"] is True
+    results, skipped = extrapolate([failed, learned], [16, 32, 64], sequences=4, device="cpu", progress=False)
+    assert skipped == []
+    ev = results.evaluations
+    lengths = {bool(k): sorted(v) for k, v in ev.groupby("learned")["eval_length"]}
+    assert lengths == {False: [16], True: [16, 32, 64]}
+    assert ev.loc[~ev["learned"].astype(bool), "steps_to_learn"].isna().all()
+    assert list(ev.loc[ev["learned"].astype(bool), "steps_to_learn"].unique()) == [2.0]
+    by_default, _ = extrapolate([failed], None, sequences=4, device="cpu", progress=False, up_to=64)
+    assert list(by_default.evaluations["eval_length"]) == [16]  # not the doubling lengths either
+    other, _ = extrapolate([failed], [32, 64], sequences=4, device="cpu", progress=False)
+    assert list(other.evaluations["eval_length"]) == [16]  # its training length, even when not asked for
+
+
+def test_extrapolate_returns_rows_sequences_and_positions_that_agree(tmp_path, always_learns):
+    learned_run(tmp_path / "run")
+    results, _ = extrapolate([tmp_path / "run"], [16, 40], sequences=5, device="cpu", progress=False)
+    ev, seq, pos = results.evaluations, results.sequences, results.positions
+    assert list(ev.columns) == COLUMNS and list(seq.columns) == SEQUENCE_COLUMNS
+    assert sorted(pos.columns) == sorted(POSITION_COLUMNS)  # (store.merge puts them in order)
+    identity = run_identity(run_config(tmp_path / "run"))
+    assert set(ev["run_id"]) == {identity.run_id} and set(ev["config_id"]) == {identity.config_id}
+    assert set(ev["config"]) == {identity.config}
+    for row in ev.itertuples():
+        mine = seq[seq["eval_length"] == row.eval_length]
+        assert list(mine["sequence"]) == list(range(5)) == list(range(row.n_sequences))
+        assert mine["exact_match"].mean() == pytest.approx(row.exact_match)
+        assert mine["loss"].between(0, math.inf).all() and mine["token_accuracy"].between(0, 1).all()
+        answers = (row.eval_length - 1) // 2 * 5  # copy: (L - 1) // 2 answers per sequence
+        bins = pos[pos["eval_length"] == row.eval_length]
+        assert bins["total"].sum() == answers
+        assert bins["correct"].sum() == pytest.approx(row.token_accuracy * answers)
+        assert bins["position"].is_monotonic_increasing and (bins["position"] < row.eval_length).all()
+
+
+def test_extrapolate_skips_what_is_done(tmp_path, always_learns):
+    learned_run(tmp_path / "run")
+    first, _ = extrapolate([tmp_path / "run"], [16, 32], sequences=2, device="cpu", progress=False)
+    done = first.done()
+    assert len(done) == 2
+    again, skipped = extrapolate([tmp_path / "run"], [16, 32, 64], sequences=2, device="cpu", progress=False,
+                                 done=done)
+    assert list(again.evaluations["eval_length"]) == [64] and skipped == []
+    nothing, _ = extrapolate([tmp_path / "run"], [16, 32], sequences=2, device="cpu", progress=False, done=done,
+                             allow_empty=True)
+    assert nothing.evaluations.empty and nothing.sequences.empty
+
+
+def test_xpos_past_float32_range_gives_a_nan_row_with_a_note(tmp_path, always_learns):
+    learned_run(tmp_path / "run", "encoder=xpos")  # train length 16: scale_base 8, head dim 8
+    results, _ = extrapolate([tmp_path / "run"], [16, 4096], sequences=2, device="cpu", progress=False)
+    row = results.evaluations.set_index("eval_length").loc[4096]
+    assert math.isnan(row["exact_match"]) and "xpos decay factors leave float32's range" in row["note"]
+    assert set(results.sequences["eval_length"]) == {16}

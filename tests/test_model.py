@@ -188,3 +188,21 @@ def test_model_config_is_validated():
         ModelConfig(d_model=30, n_heads=4).validate()
     with pytest.raises(ConfigError, match="n_layers"):
         ModelConfig(n_layers=0).validate()
+
+
+@pytest.mark.parametrize("name", ["nope", "sinusoidal", "learned", "rope"])
+def test_token_embeddings_enter_scaled_by_sqrt_d_model_for_every_encoder(name, monkeypatch):
+    """Vaswani et al. §3.4, applied by the model for every encoder: the encoder's embed hook receives the token
+    embeddings times sqrt(d_model); initialised with std d_model**-0.5, they enter at RMS about 1."""
+    model = make_model(name)
+    d = model.cfg.d_model
+    std = model.tok_emb.weight.std().item()
+    assert std == pytest.approx(d**-0.5, rel=0.05)
+    assert model.lm_head.weight is model.tok_emb.weight  # tied: the head's initial logits have std ~1 too
+    seen = []
+    original = type(model.encoder).embed
+    monkeypatch.setattr(type(model.encoder), "embed", lambda self, x, pos: (seen.append(x), original(self, x, pos))[1])
+    tokens = torch.randint(0, model.cfg.vocab_size, (2, 9))
+    model(tokens)
+    torch.testing.assert_close(seen[0], model.tok_emb(tokens) * d**0.5)
+    assert seen[0].pow(2).mean().sqrt().item() == pytest.approx(1.0, rel=0.2)

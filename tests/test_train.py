@@ -1,11 +1,12 @@
 """The plain train() function: files it writes, determinism by seed, the learning-rate schedule."""
 
+import io
 import json
 import math
 
 import pytest
 import torch
-from conftest import tiny_config, tiny_dict
+from conftest import learned_run, tiny_config, tiny_dict
 
 from posenc import io as run_io
 from posenc.encoders import ENCODERS
@@ -73,15 +74,142 @@ def test_long_override_dirnames_are_shortened_stably():
 
 
 @pytest.mark.parametrize("encoder", ENCODERS)
-def test_every_encoder_trains_then_evaluates_past_its_training_length(encoder, tmp_path):
+def test_every_encoder_trains_then_evaluates_past_its_training_length(encoder, tmp_path, always_learns):
     """The whole path for every registry entry: train (a few steps), reload, evaluate at 1x and 2x."""
-    metrics = train(tiny_config(f"encoder={encoder}"), tmp_path, tiny_dict(f"encoder={encoder}"))
+    metrics = learned_run(tmp_path, f"encoder={encoder}")
+    assert metrics["learned"] and metrics["steps"] == 2
     assert 0 <= metrics["token_accuracy"] <= 1 and math.isfinite(metrics["loss"])
-    table, skipped = extrapolate([tmp_path], [16, 32], sequences=4, device="cpu", progress=False)
+    results, skipped = extrapolate([tmp_path], [16, 32], sequences=4, device="cpu", progress=False)
+    table = results.evaluations
     assert skipped == [] and list(table["eval_length"]) == [16, 32]
+    assert table["learned"].all()
     at_16 = table.set_index("eval_length").loc[16]
     assert at_16["loss"] == pytest.approx(metrics["loss"], rel=1e-5)  # the reloaded model, same sequences
     if encoder == "learned":  # no rows past the training length: a NaN row with a note, not a crash
         assert math.isnan(table.set_index("eval_length").loc[32, "loss"])
+        assert set(results.sequences["eval_length"]) == {16}
     else:
         assert table["loss"].notna().all()
+        assert sorted(results.sequences.groupby("eval_length").size().items()) == [(16, 4), (32, 4)]
+
+
+# --- the mastery protocol: checks on held-out sequences, stop when learned -------------------------------
+
+
+def scripted_checks(monkeypatch, scores):
+    """Make posenc.train.mastery_check return ``scores`` in turn (then the last one); record its arguments."""
+    import posenc.train
+
+    calls = []
+
+    def check(model, task, length, sequences):
+        calls.append((length, sequences))
+        return scores[min(len(calls) - 1, len(scores) - 1)]
+
+    monkeypatch.setattr(posenc.train, "mastery_check", check)
+    return calls
+
+
+def history_steps(run_dir):
+    return [int(line.split(",")[0]) for line in (run_dir / run_io.HISTORY_FILE).read_text().splitlines()[1:]]
+
+
+def test_training_stops_at_the_first_check_that_meets_the_target(tmp_path, monkeypatch):
+    calls = scripted_checks(monkeypatch, [0.0, 0.5, 0.99, 0.2])
+    overrides = ("train.steps=20", "train.check_every=3", "train.check_sequences=7", "train.log_every=1")
+    metrics = train(tiny_config(*overrides), tmp_path, tiny_dict(*overrides))
+    assert calls == [(16, 7)] * 3  # at the training length, check_sequences sequences; none after the stop
+    assert metrics["checks"] == [[3, 0.0], [6, 0.5], [9, 0.99]]  # 0.99 meets the target 0.99
+    assert (metrics["steps_to_learn"], metrics["steps"], metrics["budget"]) == (9, 9, 20)
+    assert metrics["learned"] is True
+    assert json.loads((tmp_path / run_io.METRICS_FILE).read_text()) == metrics
+    assert history_steps(tmp_path) == list(range(1, 10))  # nothing trained past the stop
+    state = torch.load(tmp_path / run_io.CHECKPOINT_FILE, weights_only=False)
+    assert state["step"] == 9 and state["learned_at"] == 9 and state["checks"] == metrics["checks"]
+    assert metrics["eval_length"] == 16 and metrics["n_sequences"] == 4  # the final test sample, as before
+
+
+def test_a_run_that_never_meets_the_target_trains_its_whole_budget_and_is_not_learned(tmp_path, monkeypatch):
+    calls = scripted_checks(monkeypatch, [0.5])
+    overrides = ("train.steps=7", "train.check_every=2", "train.target_exact_match=0.6")
+    metrics = train(tiny_config(*overrides), tmp_path, tiny_dict(*overrides))
+    assert len(calls) == 3 and metrics["checks"] == [[2, 0.5], [4, 0.5], [6, 0.5]]
+    assert (metrics["steps"], metrics["budget"], metrics["steps_to_learn"]) == (7, 7, None)
+    assert metrics["learned"] is False
+    more = scripted_checks(monkeypatch, [0.6])  # the target is inclusive
+    metrics = train(tiny_config(*overrides), tmp_path / "b", tiny_dict(*overrides))
+    assert len(more) == 1 and (metrics["steps_to_learn"], metrics["steps"], metrics["learned"]) == (2, 2, True)
+
+
+def test_without_checks_the_whole_budget_is_trained(tmp_path, monkeypatch):
+    calls = scripted_checks(monkeypatch, [1.0])
+    metrics = train(tiny_config("train.check_every=0"), tmp_path, tiny_dict("train.check_every=0"))
+    assert calls == []
+    assert (metrics["steps"], metrics["budget"], metrics["steps_to_learn"], metrics["checks"]) == (4, 4, None, [])
+    assert metrics["learned"] == (metrics["exact_match"] >= 0.99)  # then the final exact match decides
+    assert history_steps(tmp_path)[-1] == 4
+
+
+def test_resuming_a_learned_run_trains_no_further(tmp_path, monkeypatch):
+    calls = scripted_checks(monkeypatch, [0.0, 1.0])
+    overrides = ("train.steps=12", "train.check_every=2", "train.checkpoint_every=1")
+    cfg, config = tiny_config(*overrides), tiny_dict(*overrides)
+    first = train(cfg, tmp_path, config)
+    assert (first["steps"], first["steps_to_learn"], first["learned"]) == (4, 4, True) and len(calls) == 2
+    checkpoint = (tmp_path / run_io.CHECKPOINT_FILE).read_bytes()
+    assert train(cfg, tmp_path, config) == first  # finished: its metrics, nothing run
+    assert len(calls) == 2 and (tmp_path / run_io.CHECKPOINT_FILE).read_bytes() == checkpoint
+    # killed after its last checkpoint but before metrics.json: resuming evaluates, it does not train
+    (tmp_path / run_io.METRICS_FILE).unlink()
+    again = train(cfg, tmp_path, config)
+    assert len(calls) == 2  # no further check: nothing was trained
+    drop = lambda m: {k: v for k, v in m.items() if k != "train_seconds"}  # noqa: E731
+    assert drop(again) == drop(first)
+    state = torch.load(tmp_path / run_io.CHECKPOINT_FILE, weights_only=False)
+    before = torch.load(io.BytesIO(checkpoint), weights_only=False)
+    assert state["step"] == 4 and all(torch.equal(state["model"][k], before["model"][k]) for k in state["model"])
+    assert history_steps(tmp_path)[-1] == 4
+
+
+def test_resume_from_a_learned_run_elsewhere_trains_no_further(tmp_path, monkeypatch):
+    calls = scripted_checks(monkeypatch, [1.0])
+    overrides = ("train.steps=12", "train.check_every=2")
+    first = train(tiny_config(*overrides), tmp_path / "a", tiny_dict(*overrides))
+    assert (first["steps"], first["steps_to_learn"]) == (2, 2)
+    resumed = (*overrides, f"resume={tmp_path / 'a'}")
+    second = train(tiny_config(*resumed), tmp_path / "b", tiny_dict(*resumed))
+    assert len(calls) == 1
+    assert (second["steps"], second["steps_to_learn"], second["learned"]) == (2, 2, True)
+
+
+def test_lm_has_no_mastery_checks_and_counts_as_learned(tmp_path, monkeypatch):
+    calls = scripted_checks(monkeypatch, [0.0])
+    corpus = tmp_path / "texts"
+    corpus.mkdir()
+    for i in range(8):
+        (corpus / f"t{i}.txt").write_text(f"line {i}\n" * 60)
+    overrides = ("task=lm", f"task.corpus={corpus}", "task.pattern=*.txt", "train.check_every=1")
+    metrics = train(tiny_config(*overrides), tmp_path / "run", tiny_dict(*overrides))
+    assert calls == [] and metrics["checks"] == [] and metrics["steps_to_learn"] is None
+    assert (metrics["steps"], metrics["learned"]) == (4, True)
+
+
+def test_mastery_check_scores_held_out_sequences_of_its_own(monkeypatch):
+    import posenc.train
+    from posenc.evaluate import EVAL_SEED, eval_generator, evaluate
+    from posenc.train import CHECK_SEED, mastery_check
+
+    assert CHECK_SEED != EVAL_SEED and CHECK_SEED != tiny_config().seed
+    task, _, model = tiny_config().build()
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append((args[2:], kwargs))
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(posenc.train, "evaluate", spy)
+    assert mastery_check(model, task, 16, 9) == evaluate(model, task, 16, 9, seed=CHECK_SEED)["exact_match"]
+    assert seen == [((16, 9), {"seed": CHECK_SEED})]
+    first = next(task.evaluation_batches(9, 16, 9, eval_generator(16, CHECK_SEED)))
+    final = next(task.evaluation_batches(9, 16, 9, eval_generator(16)))
+    assert not torch.equal(first.inputs, final.inputs)  # not the final evaluation's sequences

@@ -12,6 +12,7 @@ from torch import Tensor
 from posenc.errors import ConfigError
 
 BOS, SEP = 0, 1  # special tokens shared by all tasks; data tokens start at 2
+EVAL_CHUNK = 64  # evaluation draws its sequences this many at a time (see Task.evaluation_batches)
 
 
 @dataclass
@@ -22,6 +23,20 @@ class Batch:
 
     def to(self, device: torch.device | str) -> Batch:
         return Batch(self.inputs.to(device), self.targets.to(device), self.mask.to(device))
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+    def rows(self, start: int, stop: int) -> Batch:
+        """Sequences ``start`` to ``stop - 1``."""
+        return Batch(self.inputs[start:stop], self.targets[start:stop], self.mask[start:stop])
+
+    @staticmethod
+    def cat(batches: list[Batch]) -> Batch:
+        """The sequences of ``batches``, in order."""
+        if len(batches) == 1:
+            return batches[0]
+        return Batch(*(torch.cat([getattr(b, f) for b in batches]) for f in ("inputs", "targets", "mask")))
 
 
 class Task:
@@ -59,10 +74,22 @@ class Task:
     ) -> Iterator[Batch]:
         """The batches evaluation scores: ``n_sequences`` sequences at ``length``, ``batch_size`` at a time.
 
-        Default: fresh sequences from ``generator``, so sequence ``i`` is the same for every model.
+        Default: fresh sequences from ``generator``, drawn :data:`EVAL_CHUNK` at a time whatever
+        ``batch_size`` and ``n_sequences`` are, so sequence ``i`` is the same for every model and every count
+        (a task that draws several tensors per batch, like retrieval, would otherwise give sequence ``i``
+        other values in a batch of another size, and paired comparisons would pair different sequences).
         """
-        for start in range(0, n_sequences, batch_size):
-            yield self.sample(min(batch_size, n_sequences - start), length, generator)
+        pending: list[Batch] = []
+        made = 0
+        while made < n_sequences:
+            chunk = self.sample(EVAL_CHUNK, length, generator)
+            take = min(EVAL_CHUNK, n_sequences - made)
+            pending.append(chunk.rows(0, take))
+            made += take
+            while pending and (sum(len(b) for b in pending) >= batch_size or made == n_sequences):
+                joined = Batch.cat(pending)
+                yield joined.rows(0, batch_size)
+                pending = [joined.rows(batch_size, len(joined))] if len(joined) > batch_size else []
 
     def evaluation_sequences(self, length: int, default: int) -> int:
         """How many sequences evaluation scores at ``length`` when the user does not say: ``default``."""

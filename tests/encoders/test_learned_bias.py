@@ -97,11 +97,30 @@ def test_kerple_keeps_its_parameters_positive_by_clamping_like_the_reference():
 # --- fire ----------------------------------------------------------------------------------------------
 
 
-def test_fire_defaults_follow_the_paper():
+def test_fire_defaults_follow_the_paper_with_the_threshold_scaled_to_the_training_length():
     encoder = build_encoder("fire", SHAPE, 16)
     assert encoder.c.item() == pytest.approx(0.1)
-    assert encoder.threshold.item() == pytest.approx(512.0)
+    assert encoder.threshold.item() == pytest.approx(4.0)  # a quarter of the training length
     assert encoder.w1.shape == (32, 1) and encoder.w2.shape == (4, 32)
+    assert build_encoder("fire", SHAPE, 64).threshold.item() == pytest.approx(16.0)
+    assert build_encoder("fire", SHAPE, 2).threshold.item() == pytest.approx(1.0)  # at least 1
+    paper = build_encoder("fire", SHAPE, 16, {"init_threshold": 512})  # the reference code's value (an int works)
+    assert paper.threshold.item() == pytest.approx(512.0) and paper.init_threshold == 512.0
+    assert build_encoder("fire", SHAPE, 16, {"init_threshold": None}).threshold.item() == pytest.approx(4.0)
+
+
+def test_t5_max_distance_defaults_to_half_the_training_length_and_at_least_num_buckets():
+    assert build_encoder("t5", SHAPE, 512).max_distance == 256
+    assert build_encoder("t5", SHAPE, 64).max_distance == 32  # max(num_buckets, 32)
+    assert build_encoder("t5", SHAPE, 16).max_distance == 32
+    assert build_encoder("t5", SHAPE, 16, {"num_buckets": 8}).max_distance == 8
+    assert build_encoder("t5", SHAPE, 64, {"max_distance": 128}).max_distance == 128  # the paper's value
+    # at the default, the training window's longest distance reaches the last bucket (so it is trained)
+    encoder = build_encoder("t5", SHAPE, 64)
+    last = F.t5_relative_bucket(torch.tensor([-63]), encoder.num_buckets, encoder.max_distance)
+    assert last.item() == encoder.num_buckets - 1
+    with pytest.raises(ConfigError, match="must be of type int"):
+        build_encoder("t5", SHAPE, 64, {"max_distance": 12.5})
 
 
 def test_fire_bias_is_the_formula_and_normalises_by_max_of_threshold_and_query():
@@ -148,8 +167,13 @@ def test_gradients_reach_every_encoder_parameter_through_the_model(name):
     loss.backward()
     for pname, p in model.encoder.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), pname
-        if name == "t5":  # distances <= 23 use buckets 0..18 only
-            assert (p.grad[:19] != 0).any(dim=1).all() and (p.grad[19:] == 0).all()
+        if name == "t5":  # distances <= 23 reach some buckets only: exactly those get a gradient
+            assert model.encoder.max_distance == 32  # max(num_buckets, train length 32 // 2)
+            used = F.t5_relative_bucket(-torch.arange(24), 32, 32).unique()
+            assert used.tolist() == [*range(20), 21, 22, 23, 24]
+            hit = torch.zeros(32, dtype=torch.bool)
+            hit[used] = True
+            assert (p.grad[hit] != 0).any(dim=1).all() and (p.grad[~hit] == 0).all()
         else:
             assert p.grad.abs().sum() > 0, pname
 

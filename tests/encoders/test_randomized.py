@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_config, tiny_dict
+from conftest import learned_run
 
 from posenc import functional as F
 from posenc import io as run_io
@@ -80,7 +80,7 @@ def test_the_base_encoding_is_read_at_the_sampled_positions():
     pos = torch.tensor([3, 50, 51, 900])
     sinusoidal = build_encoder("randomized", SHAPE, 16, {"base": "sinusoidal"})
     x = torch.randn(2, 4, 32)
-    torch.testing.assert_close(sinusoidal.embed(x, pos), x * 32**0.5 + F.sinusoidal_table(pos, 32))
+    torch.testing.assert_close(sinusoidal.embed(x, pos), x + F.sinusoidal_table(pos, 32))  # model scales x
     rope = build_encoder("randomized", SHAPE, 16, {"base": "rope"})
     q, k = torch.randn(2, 4, 4, 8), torch.randn(2, 4, 4, 8)
     q2, k2 = rope.rotate(q, k, pos)
@@ -102,22 +102,18 @@ def test_model_training_forwards_differ_and_evaluation_is_deterministic(base):
     torch.testing.assert_close(model(tokens), model(tokens))
 
 
-def test_full_tiny_training_run_then_evaluation_with_a_nan_row_past_max_position(tmp_path):
+def test_full_tiny_training_run_then_evaluation_with_a_nan_row_past_max_position(tmp_path, always_learns):
     from posenc.extrapolate import extrapolate
 
     overrides = ("encoder=randomized", "encoder.base=rope", "encoder.max_position=32")
-    metrics = train_run(tmp_path, overrides)
+    metrics = learned_run(tmp_path, *overrides)  # learned: evaluated past its training length
     assert 0 <= metrics["token_accuracy"] <= 1
     _, _, model = run_io.load_run(tmp_path)
     assert isinstance(model.encoder, Randomized) and model.encoder.max_position == 32
-    table, skipped = extrapolate([tmp_path], [16, 32, 64], sequences=4, device="cpu", progress=False)
+    results, skipped = extrapolate([tmp_path], [16, 32, 64], sequences=4, device="cpu", progress=False)
     assert not skipped
-    rows = {int(r.eval_length): r for r in table.itertuples()}
+    rows = {int(r.eval_length): r for r in results.evaluations.itertuples()}
     assert not math.isnan(rows[32].token_accuracy) and rows[32].note == ""
     assert math.isnan(rows[64].exact_match) and "max_position=32" in rows[64].note
+    assert set(results.sequences["eval_length"]) == {16, 32}  # the NaN row has no sequences
 
-
-def train_run(run_dir, overrides):
-    from posenc.train import train
-
-    return train(tiny_config(*overrides), run_dir, tiny_dict(*overrides))

@@ -7,7 +7,7 @@ import torch
 
 from posenc import functional as F
 from posenc.encoders import AttentionShape, RotaryEncoder, build_encoder
-from posenc.errors import ConfigError
+from posenc.errors import ConfigError, PositionRangeError
 from posenc.functional.rope_scaling import ROPE_SCALING, RopeScaling
 from posenc.model import ModelConfig, Transformer
 
@@ -102,8 +102,35 @@ def test_xpos_keeps_its_decay_under_scaling():
     plain_q, plain_k = build_encoder("xpos", SHAPE, TRAIN).rotation_tables(positions, 40, torch.complex128)
     torch.testing.assert_close(rq.abs(), plain_q.abs())  # the decay: magnitudes unchanged
     torch.testing.assert_close(rk.abs(), plain_k.abs())
-    want = F.xpos_rotations(positions, encoder.inv_freq / 2, 16, 0.4, 512.0, torch.complex128)
+    assert encoder.scale_base == TRAIN / 2  # the default: half the training length
+    want = F.xpos_rotations(positions, encoder.inv_freq / 2, 16, 0.4, TRAIN / 2, torch.complex128)
     torch.testing.assert_close(rq, want[0])
+
+
+def test_xpos_scale_base_defaults_to_half_the_training_length():
+    assert build_encoder("xpos", SHAPE, 1024).scale_base == 512.0  # the paper: 512 for 1024-token training
+    assert build_encoder("xpos", SHAPE, 64).scale_base == 32.0
+    assert build_encoder("xpos", SHAPE, 1).scale_base == 1.0  # at least 1
+    assert build_encoder("xpos", SHAPE, 64, {"scale_base": 512}).scale_base == 512.0  # the paper's value
+    assert build_encoder("xpos", SHAPE, 64, {"scale_base": None}).scale_base == 32.0
+    with pytest.raises(ConfigError, match="must be of type float"):
+        build_encoder("xpos", SHAPE, 64, {"scale_base": "long"})
+
+
+def test_xpos_refuses_lengths_whose_decay_factors_leave_float32():
+    encoder = build_encoder("xpos", SHAPE, TRAIN)  # head_dim 16, gamma 0.4, scale_base 8
+    zeta_min = (0.4) / 1.4
+    longest = int(2 * 60 * 8 / -math.log(zeta_min)) + 1
+    assert longest == 767
+    for length, ok in ((longest, True), (longest + 1, False)):
+        rq, rk = F.xpos_rotations(torch.arange(length), encoder.inv_freq, 16, 0.4, 8.0, torch.complex128)
+        biggest = max(rq.abs().max().item(), rk.abs().max().item())
+        assert (math.log(biggest) <= encoder.MAX_LOG_SCALE) is ok  # what the check is about
+    encoder.check_positions(longest)
+    with pytest.raises(PositionRangeError, match="xpos decay factors leave float32's range past 767 tokens "
+                                                 "\\(scale_base 8\\)"):
+        encoder.check_positions(longest + 1)
+    build_encoder("xpos", SHAPE, TRAIN, {"scale_base": 512}).check_positions(8192)  # the paper's value: fine
 
 
 def test_setting_a_scaling_clears_the_table_cache():

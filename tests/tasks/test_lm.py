@@ -4,6 +4,7 @@ import hashlib
 import re
 import sysconfig
 
+import numpy as np
 import pytest
 import torch
 
@@ -150,3 +151,69 @@ def test_a_corpus_too_small_to_split_or_unreadable_is_a_config_error(tmp_path):
     (tmp_path / "locked" / "broken.txt").symlink_to(tmp_path / "nowhere.txt")  # matches, cannot be read
     with pytest.raises(ConfigError, match="cannot read"):
         build_task("lm", {"corpus": str(tmp_path / "locked"), "pattern": "*.txt"})
+
+
+@pytest.fixture
+def long_text(tmp_path):
+    """One file of 20,000 random printable bytes: its last half is the held-out split."""
+    rng = torch.Generator().manual_seed(5)
+    text = bytes((32 + torch.randint(95, (20_000,), generator=rng)).tolist())
+    (tmp_path / "long.txt").write_bytes(text)
+    return tmp_path, text
+
+
+def scored_bytes(task, n, length, batch_size):
+    """The target bytes evaluation scores: n windows at length, batch_size windows per batch, in order."""
+    out = []
+    for batch in task.evaluation_batches(n, length, batch_size, gen(7)):
+        assert batch.inputs.shape[1] == length
+        torch.testing.assert_close(batch.inputs[:, 1:], batch.targets[:, :-1])
+        out += [bytes((row[mask] - 2).tolist()) for row, mask in zip(batch.targets, batch.mask)]
+    return b"".join(out)
+
+
+def test_evaluation_scores_the_same_held_out_bytes_at_every_length(long_text):
+    corpus, text = long_text
+    task = build_task("lm", {"corpus": str(corpus), "pattern": "*.txt", "eval_fraction": 0.5}).for_evaluation()
+    held = bytes(task.corpus.eval.tolist())
+    assert held == text[10_000:]  # one file: its tail is held out
+    assert task.evaluation_text() == 8192  # a multiple of 8192 that fits the 10,000 held-out bytes
+    expected = held[1 : 1 + 8192]  # every held-out byte but the first is predicted, once
+    for length in (16, 32, 64, 128, 256):
+        n = task.evaluation_sequences(length, default=3)
+        assert n * length == 8192  # the user's default does not apply: the text decides
+        assert scored_bytes(task, n, length, batch_size=5) == expected
+    assert scored_bytes(task, task.evaluation_sequences(64, 3), 64, batch_size=128) == expected  # batching
+    n = task.evaluation_sequences(100, default=3)  # a length that does not divide the text: its prefix
+    assert n == 81 and scored_bytes(task, n, 100, batch_size=9) == expected[: 8100]
+    # asked for more windows than the text holds: only the windows that fit
+    assert scored_bytes(task, 10_000, 2000, batch_size=2) == held[1 : 1 + 4 * 2000]
+
+
+def test_training_split_evaluation_batches_are_random_windows(long_text):
+    corpus, text = long_text
+    task = build_task("lm", {"corpus": str(corpus), "pattern": "*.txt", "eval_fraction": 0.5})
+    batches = list(task.evaluation_batches(6, 32, 4, gen(3)))
+    assert [b.inputs.shape[0] for b in batches] == [4, 2]
+    for batch in batches:
+        for row in batch.inputs:
+            assert bytes((row - 2).tolist()) in text[:10_000]  # windows of the training text
+    again = list(task.evaluation_batches(6, 32, 4, gen(3)))
+    assert all(torch.equal(a.inputs, b.inputs) for a, b in zip(batches, again))
+
+
+def test_evaluate_detailed_scores_the_held_out_text_once_per_length(long_text):
+    from conftest import tiny_config
+
+    from posenc.evaluate import evaluate_detailed
+
+    corpus, _ = long_text
+    cfg = tiny_config("task=lm", f"task.corpus={corpus}", "task.pattern=*.txt", "task.eval_fraction=0.5")
+    task, _, model = cfg.build()
+    for length in (32, 64):
+        n = task.for_evaluation().evaluation_sequences(length, default=1)
+        detail = evaluate_detailed(model, task, length, n, batch_tokens=1000)
+        assert detail.means["n_sequences"] == n == len(detail.per_sequence["loss"]) == 8192 // length
+        assert int(detail.positions["total"].sum()) == 8192  # the same 8192 bytes at both lengths
+        held_out = evaluate_detailed(model, task.for_evaluation(), length, n, batch_tokens=1000)
+        assert np.array_equal(detail.per_sequence["loss"], held_out.per_sequence["loss"])  # held-out text

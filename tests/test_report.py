@@ -1,0 +1,145 @@
+"""report.md from tables alone: `posenc report DIR` regenerates what `posenc compare` wrote, without the runs,
+and the modules that render it import no torch."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import posenc_cli
+from fake_results import fake_run, results_of
+
+from posenc.errors import PosencError
+from posenc.pipeline import REPORT, compare_into, regenerate
+from posenc.report import GENERATED, same_report
+
+TORCH_FREE = ["posenc.report", "posenc.compare", "posenc.plots", "posenc.stats", "posenc.claims",
+              "posenc.evidence", "posenc.store", "posenc.views", "posenc.pipeline", "posenc.files", "posenc.tables"]
+
+
+def test_rendering_modules_import_no_torch():
+    """A report regenerates on a machine without torch (and fast): none of these pulls it in."""
+    script = (
+        "import importlib, sys\n"
+        f"for name in {TORCH_FREE!r}:\n"
+        "    importlib.import_module(name)\n"
+        "    if 'torch' in sys.modules:\n"
+        "        sys.exit('torch imported by ' + name)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_same_report_ignores_only_the_generated_line():
+    a = f"# posenc comparison\n\n{GENERATED} on 2026-01-01 00:00 UTC by `posenc compare`.\n\nbody\n"
+    b = f"# posenc comparison\n\n{GENERATED} on 2027-05-05 10:10 UTC by `posenc report x`.\n\nbody\n"
+    assert same_report(a, b)
+    assert not same_report(a, b.replace("body", "other body"))
+    assert not same_report(a, a.replace("# posenc comparison", "# posenc"))
+
+
+def _fake_sweep():
+    runs = []
+    for seed in (0, 1):
+        runs.append(fake_run("rope", {64: [1, 1, 1, 1], 128: [1, 0, 0, 0], 256: [0, 0, 0, 0]}, seed=seed))
+        runs.append(fake_run("alibi", {64: [1, 1, 1, 1], 128: [1, 1, 1, 0], 256: [1, 1, 0, 0]}, seed=seed,
+                             steps_to_learn=300.0))
+        runs.append(fake_run("nope", {64: [1, 0, 0, 0]}, seed=seed, learned=False, steps_to_learn=None))
+    return results_of(*runs)
+
+
+def test_regenerate_rewrites_the_same_report_from_the_tables(tmp_path):
+    results = _fake_sweep()
+    run_ids = set(results.evaluations["run_id"])
+    comparison, _, figures = compare_into(tmp_path, results, run_ids, None, "posenc compare --out x")
+    written = (tmp_path / REPORT).read_text()
+    assert "posenc compare --out x" in written and figures
+    assert "| nope      | 0.250 (not learned: 0/2 seeds)" in written  # its in-distribution value, marked
+    assert "| alibi − rope |" in written and "## Against the literature" in written
+    for name in ("extrapolation.parquet", "sequences.parquet", "positions.parquet", "comparison.parquet"):
+        assert (tmp_path / name).is_file(), name
+    before = pd.read_parquet(tmp_path / "comparison.parquet")
+    for png in tmp_path.glob("*.png"):
+        png.unlink()  # figures are redrawn too
+    again, _, figures_again = regenerate(tmp_path, "posenc report x")
+    fresh = (tmp_path / REPORT).read_text()
+    assert same_report(written, fresh) and "posenc report x" in fresh and written != fresh
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "comparison.parquet"), before)
+    assert sorted(figures_again) == sorted(figures) and all(p.is_file() for p in figures_again.values())
+
+
+def test_regenerate_keeps_to_the_runs_and_lengths_that_were_compared(tmp_path):
+    results = _fake_sweep()
+    rope = set(results.evaluations.loc[results.evaluations["encoder"] == "rope", "run_id"])
+    compare_into(tmp_path, results, rope, [64, 128], "posenc compare")  # all runs stored, rope compared
+    written = (tmp_path / REPORT).read_text()
+    regenerate(tmp_path, "posenc report")
+    assert same_report(written, (tmp_path / REPORT).read_text())
+    comparison = pd.read_parquet(tmp_path / "comparison.parquet")
+    assert set(comparison["encoder"]) == {"rope"} and sorted(set(comparison["eval_length"])) == [64, 128]
+    assert set(pd.read_parquet(tmp_path / "extrapolation.parquet")["encoder"]) == {"rope", "alibi", "nope"}
+
+
+def test_regenerate_needs_a_comparison(tmp_path):
+    with pytest.raises(PosencError) as err:
+        regenerate(tmp_path, "posenc report")
+    assert len(str(err.value).splitlines()) == 1 and "posenc compare --out" in str(err.value)
+
+
+def test_regenerating_a_missing_folder_creates_nothing(tmp_path):
+    with pytest.raises(PosencError, match="no comparison"):
+        regenerate(tmp_path / "typo", "posenc report typo")
+    assert not (tmp_path / "typo").exists()  # a command that only reads tables leaves no folder behind
+
+
+def test_posenc_report_regenerates_compares_report_after_the_runs_are_gone(trained_runs: Path, tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(trained_runs, runs)
+    out = tmp_path / "cmp"
+    result = posenc_cli("compare", "--runs", str(runs), "--lengths", "16,32", "--sequences", "4", "--out", str(out),
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    written = (out / REPORT).read_text()
+    shutil.rmtree(runs)  # nothing but the tables is left
+    for figure in out.glob("*.png"):
+        figure.unlink()
+    result = posenc_cli("report", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    fresh = (out / REPORT).read_text()
+    assert same_report(written, fresh)
+    assert "posenc report " in fresh and "posenc compare " in written
+    assert (out / "copy_exact_match.png").stat().st_size > 0
+    missing = posenc_cli("report", str(tmp_path / "nowhere"), cwd=tmp_path)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1 and "no comparison" in missing.stderr
+
+
+def test_literature_checks_read_evidence_from_the_tables_and_never_pool_configurations():
+    from posenc.claims import CLAIMS, Side, check
+    from posenc.compare import with_depth_means
+    from posenc.evidence import TableEvidence
+
+    ruoss = next(c for c in CLAIMS if c.key == "ruoss2023_copy")  # randomized beats sinusoidal at 2x, 4x
+    n = 30
+    randomized = [fake_run("randomized", {64: [1] * n, 128: [1] * n, 256: [1, 0] * (n // 2)}, seed=s) for s in (0, 1)]
+    sinusoidal = [fake_run("sinusoidal", {64: [1] * n, 128: [0] * n, 256: [0] * n}, seed=s) for s in (0, 1)]
+    evidence = TableEvidence(with_depth_means(results_of(*randomized, *sinusoidal)))
+    assert evidence.learned("copy", Side("randomized")) is True and evidence.learned("copy", Side("rope")) is None
+    values = evidence.values("copy", Side("sinusoidal"), 2, "token_accuracy")
+    assert len(values) == 2 and all(list(v) == [0.0] * n for v in values)  # per seed, per sequence
+    assert list(evidence.values("copy", Side("randomized"), 4, "token_accuracy")[0][:4]) == [1, 0, 1, 0]
+    assert evidence.values("copy", Side("randomized"), 8, "token_accuracy") is None  # not evaluated there
+    verdict = check(ruoss, evidence)
+    assert verdict.outcome == "agrees", verdict.details
+    # sinusoidal also run in another configuration: which one the claim means is ambiguous, so not testable
+    other = fake_run("sinusoidal", {64: [1] * n, 128: [1] * n, 256: [1] * n}, seed=0, steps=3000)
+    mixed = TableEvidence(with_depth_means(results_of(*randomized, *sinusoidal, other)))
+    assert mixed.learned("copy", Side("sinusoidal")) is None
+    assert check(ruoss, mixed).outcome == "not testable"
+    # a side whose seeds did not all learn is not compared
+    failed = fake_run("randomized", {64: [0] * n}, seed=2, learned=False, steps_to_learn=None)
+    unlearned = TableEvidence(with_depth_means(results_of(*randomized, *sinusoidal, failed)))
+    verdict = check(ruoss, unlearned)
+    assert verdict.outcome == "not testable" and "randomized did not learn copy" in verdict.details[0]
