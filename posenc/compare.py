@@ -66,26 +66,33 @@ def _per_seed(sequences: pd.DataFrame, metric: str) -> list[np.ndarray]:
 
 
 def aggregate(results: Results) -> pd.DataFrame:
-    """One row per :data:`GROUP` with ``variant``, ``n_seeds``, ``seeds``, ``run_ids``, ``n_learned``,
-    ``learned`` (every seed met the mastery criterion), ``steps_to_learn`` (mean over the seeds that
-    learned), ``n_sequences`` (over all seeds), and for each metric of :data:`METRICS` ``<metric>_mean``,
+    """One row per :data:`GROUP` with ``variant``, ``n_seeds`` (seeds evaluated there), ``seeds``, ``run_ids``,
+    ``n_learned`` of ``n_trained`` seeds of the configuration that met the mastery criterion, ``learned``
+    (all of them did), ``steps_to_learn`` (mean over the seeds that learned), ``n_sequences`` (over all seeds), and for each metric of :data:`METRICS` ``<metric>_mean``,
     ``_low``, ``_high`` (95% interval, :func:`posenc.stats.group_estimate`); ``perplexity_*`` is ``exp`` of
     the loss's; ``note``: the first note of the group's rows (e.g. why a learned table has no value)."""
     results = with_depth_means(results)
     ev = results.evaluations.assign(variant=variants(results.evaluations))
     seq = results.sequences.assign(depth=results.sequences["depth"].fillna(NO_DEPTH))  # NaN never matches a key
     seq_groups = {key: part for key, part in seq.groupby(KEY, sort=False)}
+    # Mastery is a property of a configuration (all its seeds), not of a length: runs that did not learn
+    # are evaluated at their training length only, so the seeds present at longer lengths are the learned
+    # ones and would otherwise make a group that did not learn look learned there.
+    per_run = ev.drop_duplicates("run_id").assign(learned=lambda t: t["learned"].astype(bool))
+    mastery = per_run.groupby("config_id")["learned"].agg(["sum", "count"])
     rows = []
     for key, group in ev.groupby(GROUP, sort=True, dropna=False):
         row = dict(zip(GROUP, key))
         runs = group.drop_duplicates("run_id")
+        learned_seeds, all_seeds = mastery.loc[row["config_id"]]
         row.update(variant=group["variant"].iloc[0], n_seeds=len(runs),
                    seeds=",".join(str(s) for s in sorted(runs["seed"])),
                    run_ids=",".join(sorted(runs["run_id"])),
-                   n_learned=int(runs["learned"].astype(bool).sum()),
+                   n_learned=int(learned_seeds), n_trained=int(all_seeds),
                    scaling_factor=group["scaling_factor"].iloc[0])
-        row["learned"] = row["n_learned"] == row["n_seeds"]
-        steps = runs.loc[runs["learned"].astype(bool), "steps_to_learn"].dropna()
+        row["learned"] = bool(learned_seeds == all_seeds)
+        configs = per_run[per_run["config_id"] == row["config_id"]]
+        steps = configs.loc[configs["learned"], "steps_to_learn"].dropna()
         row["steps_to_learn"] = float(steps.mean()) if len(steps) else math.nan
         keys = zip(runs["run_id"], runs["eval_length"], runs["scaling"], runs["depth"].fillna(NO_DEPTH))
         parts = [seq_groups[k] for k in keys if k in seq_groups]
@@ -131,7 +138,7 @@ def cell(row: pd.Series, metric: str) -> str:
         if row["eval_length"] != row["train_length"]:
             return "n/l"
         shown = "—" if math.isnan(mean) else f"{mean:.3f}"
-        return f"{shown} ({NOT_LEARNED}: {row['n_learned']}/{row['n_seeds']} seeds)"
+        return f"{shown} ({NOT_LEARNED}: {row['n_learned']}/{row['n_trained']} seeds)"
     if math.isnan(mean):
         return "—"
     digits = 2 if metric == "perplexity" else 3
@@ -153,7 +160,7 @@ def steps_table(comparison: pd.DataFrame) -> pd.DataFrame:
                        & (comparison["scaling"] == NO_SCALING) & comparison["depth"].isna()]
     table = pd.DataFrame({
         "task": first["task"], "encoder": labels(first), "train_length": first["train_length"],
-        "seeds learned": [f"{a}/{b}" for a, b in zip(first["n_learned"], first["n_seeds"])],
+        "seeds learned": [f"{a}/{b}" for a, b in zip(first["n_learned"], first["n_trained"])],
         "steps to learn": first["steps_to_learn"], "exact match at 1×": first["exact_match_mean"],
     }).sort_values(["task", "steps to learn"], na_position="last", ignore_index=True)
     table["steps to learn"] = [f"{v:.0f}" if v == v else "—" for v in table["steps to learn"]]

@@ -122,6 +122,16 @@ def test_not_learned_groups_show_their_in_distribution_value_and_nothing_past_it
     assert list(steps.index) == ["rope", "alibi"]  # fastest learner first
 
 
+def test_mastery_belongs_to_the_configuration_not_to_the_length():
+    # as compare evaluates them: the seed that did not learn only at its training length, the other everywhere
+    runs = [fake_run("rope", {64: [1, 1, 0, 0]}, seed=0, learned=False, steps_to_learn=None),
+            fake_run("rope", {64: [1, 1, 1, 1], 128: [1, 1, 1, 1]}, seed=1, steps_to_learn=200.0)]
+    comparison = aggregate(results_of(*runs))
+    twice = _row(comparison, encoder="rope", eval_length=128)
+    assert twice["n_seeds"] == 1 and (twice["n_learned"], twice["n_trained"]) == (1, 2)
+    assert not twice["learned"] and cell(twice, "exact_match") == "n/l"
+
+
 def test_rows_without_a_value_and_scalings_and_depths_are_groups_of_their_own():
     note = "learned position table has 64 positions"
     runs = [fake_run("learned", {64: [1, 1], 128: []}, note={128: note}),
