@@ -117,11 +117,11 @@ class Verdict:
     details: tuple[str, ...]
 
     def markdown(self) -> str:
-        """A Markdown bullet: ``- **agrees** — <source to 1st comma>: <statement>. <details>. <caveat>``."""
+        """A Markdown bullet: ``- **agrees** — <source to 1st comma> (<task>): <statement>. <details>. <caveat>``."""
         caveat = self.claim.caveat.rstrip(".")
         parts = [self.claim.statement.rstrip("."), "; ".join(self.details), caveat[:1].upper() + caveat[1:]]
         text = ". ".join(p for p in parts if p) + "."
-        return f"- **{self.outcome}** — {self.claim.source.split(',')[0]}: {text}"
+        return f"- **{self.outcome}** — {self.claim.source.split(',')[0]} ({self.claim.task}): {text}"
 
 
 def _asked_metric(metric: str) -> str:

@@ -181,12 +181,12 @@ def test_detail_lines_and_markdown():
     assert verdict.details[0].startswith("nope − rope at 2×: +")
     assert verdict.details[0].endswith("token accuracy (holds)")
     bullet = verdict.markdown()
-    assert bullet.startswith("- **agrees** — Kazemnejad et al. 2023: NoPE and T5")
+    assert bullet.startswith("- **agrees** — Kazemnejad et al. 2023 (copy): NoPE and T5")
     assert "; rope" not in bullet and "; nope − sinusoidal at 2×: +" in bullet
     assert bullet.endswith(". Learned has no positions past its table, so it cannot be compared past 1× and "
                            "is left out.") and "\n" not in bullet
     plain = Verdict(toy(), "differs", ("x",)).markdown()
-    assert plain == "- **differs** — Someone et al. 2024: A beats B. x. A caveat."
+    assert plain == "- **differs** — Someone et al. 2024 (copy): A beats B. x. A caveat."
 
 
 def test_untestable_reason_wins():
