@@ -159,9 +159,13 @@ def extrapolate(
     dev = resolve_device(device)
     scalings = scalings or [RopeScaling(NO_SCALING)]
     configs = {run: run_config(run) for run in runs}  # cheap: no checkpoint is read yet
-    ids = {run: run_identity(configs[run]).run_id for run in runs}
+    identity = {run: run_identity(configs[run]) for run in runs}
+    ids = {run: identity[run].run_id for run in runs}
     plan = {run: scalings_for(configs[run], scalings) for run in runs}
-    wanted = {run: [n for n in _lengths_for(run, configs[run], lengths, up_to)
+    # Mastery belongs to a configuration: if one of its seeds did not learn, none of them is compared past
+    # the training length, so none is evaluated there (the long lengths are the expensive ones).
+    missed = {identity[run].config_id for run in runs if not _learned(_metrics(run), configs[run])}
+    wanted = {run: [n for n in _lengths_for(configs[run], lengths, up_to, identity[run].config_id not in missed)
                     if any((ids[run], n, scaling_label(sc)) not in done for sc in plan[run])]
               for run in runs}
     parts, skipped = [], []
@@ -205,13 +209,13 @@ def extrapolate(
     return Results.concat(parts), skipped
 
 
-def _lengths_for(run: Path, config: dict, lengths: list[int] | None, up_to: int) -> list[int]:
-    """The lengths to evaluate ``run`` at: ``lengths`` (default: its training length doubled up to ``up_to``);
-    a run that did not learn its task in distribution only at its training length, where it is reported as
-    not learned: past it there is nothing to compare (and the long lengths are the expensive ones)."""
+def _lengths_for(config: dict, lengths: list[int] | None, up_to: int, learned: bool) -> list[int]:
+    """The lengths to evaluate a run at: ``lengths`` (default: its training length doubled up to ``up_to``);
+    a run whose configuration did not learn its task in distribution only at its training length, where it
+    is reported as not learned: past it there is nothing to compare."""
     train_length = _train_length(config)
     wanted = lengths or doubling_lengths(train_length, up_to)
-    if not _learned(_metrics(run), config):
+    if not learned:
         return [n for n in wanted if n == train_length] or [train_length]
     return wanted
 

@@ -72,6 +72,20 @@ def test_a_run_that_did_not_learn_is_evaluated_at_its_training_length_only(tmp_p
     assert list(other.evaluations["eval_length"]) == [16]  # its training length, even when not asked for
 
 
+def test_seeds_of_a_configuration_that_did_not_all_learn_are_evaluated_at_the_training_length_only(
+    tmp_path, always_learns
+):
+    import json
+
+    first, second = tmp_path / "seed0", tmp_path / "seed1"
+    learned_run(first, "seed=0")
+    learned_run(second, "seed=1")
+    metrics = json.loads((second / "metrics.json").read_text())
+    (second / "metrics.json").write_text(json.dumps({**metrics, "steps_to_learn": None, "learned": False}))
+    results, _ = extrapolate([first, second], [16, 32], sequences=4, device="cpu", progress=False)
+    assert sorted(results.evaluations["eval_length"]) == [16, 16]  # seed 0 learned, but its configuration did not
+
+
 def test_extrapolate_returns_rows_sequences_and_positions_that_agree(tmp_path, always_learns):
     learned_run(tmp_path / "run")
     results, _ = extrapolate([tmp_path / "run"], [16, 40], sequences=5, device="cpu", progress=False)
