@@ -164,7 +164,8 @@ def extrapolate(
     plan = {run: scalings_for(configs[run], scalings) for run in runs}
     # Mastery belongs to a configuration: if one of its seeds did not learn, none of them is compared past
     # the training length, so none is evaluated there (the long lengths are the expensive ones).
-    missed = {identity[run].config_id for run in runs if not _learned(_metrics(run), configs[run])}
+    missed = {identity[run].config_id for run in runs  # finished runs only: an unfinished one is skipped below
+              if (run / run_io.METRICS_FILE).is_file() and not _learned(_metrics(run), configs[run])}
     wanted = {run: [n for n in _lengths_for(configs[run], lengths, up_to, identity[run].config_id not in missed)
                     if any((ids[run], n, scaling_label(sc)) not in done for sc in plan[run])]
               for run in runs}
