@@ -20,7 +20,7 @@ from posenc import io as run_io
 from posenc.encoders import ENCODERS, RotaryEncoder
 from posenc.config import MAX_LENGTH
 from posenc.files import learned_from_metrics
-from posenc.tasks import TASKS
+from posenc.tasks import has_mastery_criterion
 from posenc.errors import PosencError, PositionRangeError
 from posenc.evaluate import default_sequences, evaluate_detailed, resolve_device
 from posenc.progress import make_progress
@@ -159,13 +159,14 @@ def extrapolate(
     dev = resolve_device(device)
     scalings = scalings or [RopeScaling(NO_SCALING)]
     configs = {run: run_config(run) for run in runs}  # cheap: no checkpoint is read yet
+    metrics = {run: _metrics(run) for run in runs}  # {} for an unfinished run
     identity = {run: run_identity(configs[run]) for run in runs}
     ids = {run: identity[run].run_id for run in runs}
     plan = {run: scalings_for(configs[run], scalings) for run in runs}
     # Mastery belongs to a configuration: if one of its seeds did not learn, none of them is compared past
     # the training length, so none is evaluated there (the long lengths are the expensive ones).
     missed = {identity[run].config_id for run in runs  # finished runs only: an unfinished one is skipped below
-              if (run / run_io.METRICS_FILE).is_file() and not _learned(_metrics(run), configs[run])}
+              if metrics[run] and not _learned(metrics[run], configs[run])}
     wanted = {run: [n for n in _lengths_for(configs[run], lengths, up_to, identity[run].config_id not in missed)
                     if any((ids[run], n, scaling_label(sc)) not in done for sc in plan[run])]
               for run in runs}
@@ -184,7 +185,7 @@ def extrapolate(
                 skipped.append(str(err))
                 bar.advance(job, len(wanted[run]) * len(plan[run]))
                 continue
-            about = _about(run, configs[run])
+            about = _about(run, configs[run], metrics[run])
             depths = list(task.eval_depths) or [None]
             total += len(wanted[run]) * len(plan[run]) * (len(depths) - 1)
             bar.update(job, total=total)
@@ -224,15 +225,12 @@ def _lengths_for(config: dict, lengths: list[int] | None, up_to: int, learned: b
 def _learned(metrics: dict, config: dict) -> bool:
     """Whether a run learned its task in distribution (see :func:`posenc.files.learned_from_metrics`)."""
     task = config.get("task")
-    task = task.get("name") if isinstance(task, dict) else None
-    exact = task not in TASKS or TASKS[task].report_metrics[0] == "exact_match"
-    return learned_from_metrics(metrics, exact)
+    return learned_from_metrics(metrics, has_mastery_criterion(task.get("name") if isinstance(task, dict) else None))
 
 
-def _about(run: Path, config: dict) -> dict:
+def _about(run: Path, config: dict, metrics: dict) -> dict:
     """The columns every row of ``run`` shares: where it is, who it is, and whether it learned its task."""
     identity = run_identity(config)
-    metrics = _metrics(run)
     steps = metrics.get("steps_to_learn")
     return {"run": describe_run(run), "run_id": identity.run_id, "config_id": identity.config_id,
             "config": identity.config, "learned": _learned(metrics, config),

@@ -20,7 +20,7 @@ TRAINING_COLUMNS = [
 
 def training_table(runs: list[Path]) -> pd.DataFrame:
     """One row per run: its final in-distribution metrics from ``metrics.json`` (NaN where missing)."""
-    from posenc.tasks import TASKS  # the `posenc runs` command only: tables stay importable without torch
+    from posenc.tasks import has_mastery_criterion  # `posenc runs` only: tables stay importable without torch
 
     rows = []
     for run in runs:
@@ -30,8 +30,7 @@ def training_table(runs: list[Path]) -> pd.DataFrame:
         except (OSError, ValueError):
             metrics = {}
         if metrics:
-            exact = metrics.get("task") not in TASKS or TASKS[metrics["task"]].report_metrics[0] == "exact_match"
-            metrics["learned"] = run_io.learned_from_metrics(metrics, exact)
+            metrics["learned"] = run_io.learned_from_metrics(metrics, has_mastery_criterion(metrics.get("task")))
         rows.append({**{c: None for c in TRAINING_COLUMNS}, **metrics, "run": describe_run(run)})
     return pd.DataFrame(rows, columns=TRAINING_COLUMNS)
 
