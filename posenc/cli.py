@@ -97,7 +97,7 @@ def extrapolate(
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.io import find_runs
     from posenc.store import merge, read_results, write_results
-    from posenc.tables import table_lock
+    from posenc.folders import check_destination, moved, updating
     from posenc.views import summary, summary_markdown
 
     try:
@@ -105,11 +105,12 @@ def extrapolate(
         scalings = parse_scalings(rope_scaling, rope_factor)
         _check_eval_options(sequences, device)
         found = find_runs(runs or _default_runs())
+        check_destination(out)
         read_results(out)  # read before the long work: a bad --out or damaged table fails early
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, scalings=scalings)
-        with table_lock(out):  # merge into the tables as they are now: another command may have written them
+        with updating(out) as stage:  # merge into the tables as they are now: another command may have written them
             merged = merge(read_results(out), new)
-            paths = write_results(out, merged, summary=summary_markdown(merged.evaluations))
+            paths = moved(write_results(stage, merged, summary=summary_markdown(merged.evaluations)), stage, out)
     except PosencError as err:
         fail(str(err))
     except KeyboardInterrupt:  # tables are written only at the end, atomically: nothing is half-written
@@ -167,6 +168,7 @@ def compare(
     """
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.extrapolate import parse_lengths, parse_scalings, run_config, scaling_note
+    from posenc.folders import check_destination
     from posenc.io import find_runs
     from posenc.pipeline import compare_into
     from posenc.store import read_results, run_identity
@@ -178,6 +180,7 @@ def compare(
         scalings = parse_scalings(rope_scaling, rope_factor)
         _check_eval_options(sequences, device)
         found = find_runs(runs or _default_runs())
+        check_destination(out)
         previous = read_results(out)  # read before the long work: a bad --out fails early
         done = frozenset() if previous is None else previous.done()
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, up_to=up_to,
@@ -233,11 +236,17 @@ def runs(
 ) -> None:
     """List trained runs with their training time and metrics at the training length."""
     from posenc.io import find_runs
+    from posenc.folders import check_destination, moved, updating
     from posenc.tables import training_table, write_tables
 
     try:
+        if out is not None:
+            check_destination(out)
         table = training_table(find_runs(runs or _default_runs()))
-        paths = write_tables(table, out, "training") if out is not None else []
+        paths = []
+        if out is not None:
+            with updating(out) as stage:
+                paths = moved(write_tables(table, stage, "training"), stage, out)
     except PosencError as err:
         fail(str(err))
     print_table(table)
@@ -265,7 +274,8 @@ def print_table(table) -> None:
         view.add_column(col.replace("_", " "), justify="right" if numeric else "left")
     for row in table.itertuples(index=False):
         view.add_row(*(_fmt(v) for v in row))
-    Console(width=None if sys.stdout.isatty() else 200).print(view)
+    # Piped or redirected: as wide as the table needs, so the names that tell runs apart are never cut.
+    Console(width=None if sys.stdout.isatty() else 100_000).print(view)
 
 
 @app.command()
@@ -308,16 +318,20 @@ def kernels(
     from posenc.io import find_runs
     from posenc.kernels import TABLE_STEM, kernel_table, parse_encoders, parse_scaling, summary
     from posenc.kernels import summary_markdown, write_figures
+    from posenc.folders import check_destination, moved, updating
     from posenc.tables import write_tables
 
     try:
         names = parse_encoders(encoders)
         methods = parse_scaling(rope_scaling)
+        check_destination(out)
         found = find_runs(runs) if runs else []
         result = kernel_table(names, found, max_distance, methods, factor)
-        paths = write_tables(result.table, out, TABLE_STEM, summary=summary_markdown(result.table, factor),
-                             markdown=False)  # a row per distance: the summary is the Markdown view
-        figures = write_figures(result.table, out)
+        with updating(out) as stage:
+            paths = write_tables(result.table, stage, TABLE_STEM, summary=summary_markdown(result.table, factor),
+                                 markdown=False)  # a row per distance: the summary is the Markdown view
+            figures = write_figures(result.table, stage)
+        paths, figures = moved(paths, stage, out), moved(figures, stage, out)
     except PosencError as err:
         fail(str(err))
     except OSError as err:

@@ -7,17 +7,20 @@ override becomes one :class:`~posenc.errors.ConfigError` line naming the key.
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 from posenc.encoders import AttentionShape, build_encoder, check_encoder_name
+from posenc.encoders.base import MAX_LENGTH
 from posenc.errors import ConfigError
 from posenc.options import checked_value
 from posenc.model import ModelConfig
 from posenc.tasks import build_task, check_task_name
 
-MAX_LENGTH = 1 << 20  # longest sequence posenc accepts anywhere: beyond it nothing fits in memory
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
+MAX_LAYERS = 256  # deeper than any model posenc is for; deeper ones would stall in construction
 
 
 @dataclass
@@ -80,6 +83,9 @@ class RunConfig:
         task = build_task(self.task.name, self.task.options)
         model_cfg = dataclasses.replace(self.model, vocab_size=task.vocab_size)
         model_cfg.validate()
+        if model_cfg.n_layers > MAX_LAYERS:
+            raise ConfigError(f"model.n_layers must be at most {MAX_LAYERS}, got {model_cfg.n_layers}")
+        check_fits_in_memory(model_cfg, self.train.batch_size, self.task.length)  # before allocating any
         encoder = build_encoder(
             self.encoder.name, AttentionShape(model_cfg.d_model, model_cfg.n_heads), self.task.length,
             self.encoder.options,
@@ -92,6 +98,36 @@ class RunConfig:
                 f"but task.{'min_length' if self.task.variable_length else 'length'} is {shortest}"
             )
         return task, encoder, Transformer(model_cfg, encoder)
+
+
+def training_bytes(model: ModelConfig, batch_size: int, length: int) -> int:
+    """A lower bound on the memory training needs, in bytes: fp32 weights with their gradients and AdamW's
+    two moments (4 copies), and the activations autograd keeps (about 16 floats per token, layer and
+    residual width, plus the attention scores of one layer)."""
+    d, f = model.d_model, model.d_mlp
+    params = model.vocab_size * d + model.n_layers * (4 * d * d + 2 * d * f)
+    tokens = batch_size * (length + 1)
+    activations = tokens * model.n_layers * (16 * d + 2 * f) + batch_size * model.n_heads * (length + 1) ** 2
+    return 4 * (4 * params + activations)
+
+
+def physical_memory() -> int | None:
+    """This machine's RAM in bytes, where the OS says (POSIX ``sysconf``)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits_in_memory(model: ModelConfig, batch_size: int, length: int) -> None:
+    """Refuse a model that cannot train in this machine's memory, before allocating anything."""
+    need, have = training_bytes(model, batch_size, length), physical_memory()
+    if have is not None and need > have:
+        raise ConfigError(
+            f"this model needs at least {need / 2**30:.1f} GiB to train (vocabulary {model.vocab_size}, "
+            f"d_model {model.d_model}, d_mlp {model.d_mlp}, {model.n_layers} layers, batch {batch_size} x "
+            f"{length} tokens); this machine has {have / 2**30:.1f} GiB"
+        )
 
 
 def _typed(cls: type, values: dict[str, Any], where: str, extra_to: str | None = None):
@@ -137,8 +173,8 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     train = _typed(TrainConfig, cfg["train"], "train")
     seed, device, progress = cfg.get("seed", 0), cfg.get("device", "auto"), cfg.get("progress", True)
     resume = cfg.get("resume", True)
-    if type(seed) is not int or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    if type(seed) is not int or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"seed must be an integer in 0..2**63-1, got {seed!r}")
     if device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"device must be one of auto, cpu, cuda; got {device!r}")
     if type(progress) is not bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any
 
 from posenc.errors import ConfigError
@@ -11,9 +12,11 @@ from posenc.errors import ConfigError
 def checked_value(where: str, value: Any, want: type) -> Any:
     """``value`` as type ``want`` (an int is accepted as a float); any other mismatch raises ``ConfigError``."""
     if want is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)
     if type(value) is not want:
         raise ConfigError(f"{where} must be of type {want.__name__}, got {value!r}")
+    if want is float and not math.isfinite(value):
+        raise ConfigError(f"{where} must be a finite number, got {value!r}")
     return value
 
 

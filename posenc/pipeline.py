@@ -1,5 +1,6 @@
 """The evaluation pipeline's last steps, shared by the commands: merge new evaluations into an output
-folder's store, select what is compared, aggregate, render - all under the folder's lock.
+folder's store, select what is compared, aggregate, render - all into a staging copy of the folder that
+replaces it in one step (posenc.folders.updating: a reader sees the old set or the new, never a mix).
 
     posenc compare:  extrapolate (new rows) -> compare_into(out) -> store.merge -> aggregate -> render
     posenc report:   regenerate(out)        -> store.read        -> aggregate -> render
@@ -12,11 +13,12 @@ from pathlib import Path
 import pandas as pd
 
 from posenc import files as run_io
+from posenc.folders import moved, updating
 from posenc.compare import TABLE_STEM, aggregate, variants
 from posenc.errors import PosencError
 from posenc.report import render
 from posenc.store import Results, merge, read_results, write_results
-from posenc.tables import read_table, table_lock, write_tables
+from posenc.tables import read_table, write_tables
 from posenc.views import summary_markdown
 
 REPORT = "report.md"
@@ -48,11 +50,15 @@ def compare_into(
     out: Path, new: Results, run_ids: set[str], lengths: list[int] | None, command: str
 ) -> tuple[pd.DataFrame, list[Path], dict]:
     """Merge ``new`` into ``out``'s store, then aggregate ``run_ids`` and write tables, figures, report."""
-    with table_lock(out):  # a parallel command into the same folder merges, never overwrites
+    with updating(out) as stage:  # a parallel command into the same folder merges, never overwrites
         merged = merge(read_results(out), new)
-        paths = write_results(out, merged, summary=summary_markdown(merged.evaluations))
-        comparison, more, figures = _write(out, select(merged, run_ids, lengths), command)
-    return comparison, paths + more, figures
+        paths = write_results(stage, merged, summary=summary_markdown(merged.evaluations))
+        comparison, more, figures = _write(stage, select(merged, run_ids, lengths), command)
+    return comparison, moved(paths + more, stage, out), _moved_figures(figures, stage, out)
+
+
+def _moved_figures(figures: dict, stage: Path, out: Path) -> dict:
+    return dict(zip(figures, moved(figures.values(), stage, out)))
 
 
 def regenerate(out: Path, command: str) -> tuple[pd.DataFrame, list[Path], dict]:
@@ -61,7 +67,7 @@ def regenerate(out: Path, command: str) -> tuple[pd.DataFrame, list[Path], dict]
     if not (Path(out) / f"{TABLE_STEM}.parquet").is_file():  # before the lock, which would create `out`
         raise PosencError(f"{out} holds no comparison (no {TABLE_STEM}.parquet); run `posenc compare --out` "
                           "there first")
-    with table_lock(out):
+    with updating(out) as stage:
         results = read_results(out)
         previous = read_table(out, TABLE_STEM)
         if results is None or previous is None:
@@ -69,4 +75,5 @@ def regenerate(out: Path, command: str) -> tuple[pd.DataFrame, list[Path], dict]
                               "run `posenc compare --out` there first")
         run_ids = {r for cell in previous["run_ids"].dropna() for r in str(cell).split(",") if r}
         lengths = sorted(int(n) for n in previous["eval_length"].unique())
-        return _write(out, select(results, run_ids, lengths), command)
+        comparison, paths, figures = _write(stage, select(results, run_ids, lengths), command)
+    return comparison, moved(paths, stage, out), _moved_figures(figures, stage, out)

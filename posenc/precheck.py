@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 
 from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
@@ -19,9 +20,11 @@ from omegaconf.errors import OmegaConfBaseException
 from posenc.config import run_config_from_dict
 from posenc.encoders import ENCODERS
 from posenc.errors import ConfigError, PosencError
+from posenc.files import CHECKPOINT_FILE
+from posenc.folders import check_writable
 from posenc.tasks import TASKS
 
-MAX_COMBINATIONS = 64  # beyond this, only the first value of each list is checked (plus every encoder/task)
+MAX_COMBINATIONS = 64  # beyond this, each value once with the others' first, and every encoder x task
 _SWEEP_FUNCTION = re.compile(r"=\s*\w+\(")  # range(...), choice(...), glob(...), interval(...)
 
 
@@ -39,9 +42,12 @@ def _combinations(overrides: list[str]) -> list[list[str]]:
         choices.append([f"{key}={v}" for v in values])
     if len(list(itertools.islice(itertools.product(*choices), MAX_COMBINATIONS + 1))) <= MAX_COMBINATIONS:
         return [list(c) for c in itertools.product(*choices)]
+    # Too many to compose each: every value of every key at least once (the others at their first value),
+    # and every encoder x task pair (options are checked per encoder and task).
     first = [c[0] for c in choices]
+    each = [[*first[:i], value, *first[i + 1 :]] for i, c in enumerate(choices) for value in c[1:]]
     every = [c for c in choices if c[0].split("=")[0] in ("encoder", "task")]
-    return [first] + [[*first, *picked] for picked in itertools.product(*every)]
+    return [first] + each + [[*first, *picked] for picked in itertools.product(*every)]
 
 
 def check_known_choices(overrides: list[str]) -> None:
@@ -63,19 +69,44 @@ def precheck(args: list[str]) -> None:
                           "without -m: posenc train OVERRIDES --cfg job")
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
         return  # --cfg, --help, --info, -c ...: Hydra's own modes
+    check_output_overrides(args)
     overrides = [a for a in args if not a.startswith("-") and not a.startswith(("hydra.", "hydra/", "+hydra"))]
     if any(_SWEEP_FUNCTION.search(o) for o in overrides):
         return
     check_known_choices(overrides)
+    hydra_groups = [a for a in args if a.startswith(("hydra/", "+hydra/"))]  # e.g. hydra/launcher=joblib
     try:
         with initialize_config_module(config_module="posenc.conf", version_base="1.3"):
-            for combination in _combinations(overrides):
+            combinations = _combinations(overrides)
+            if hydra_groups:  # an unknown launcher or sweeper, named with the known ones
+                compose(config_name="config", overrides=[*combinations[0], *hydra_groups], return_hydra_config=True)
+            for combination in combinations:
                 cfg = compose(config_name="config", overrides=combination)
-                run_config_from_dict(OmegaConf.to_container(cfg, resolve=True)).build()
+                run_cfg = run_config_from_dict(OmegaConf.to_container(cfg, resolve=True))
+                run_cfg.build()
+                if isinstance(run_cfg.resume, str):
+                    check_resume_source(run_cfg.resume)
+                check_writable("paths.results", str(cfg.paths.results))
     except (HydraException, OmegaConfBaseException) as err:
         if isinstance(err, PosencError):
             raise
         raise ConfigError(_one_line(str(err))) from err
+
+
+def check_resume_source(resume: str) -> None:
+    """``resume=PATH`` names a checkpoint file, or a run folder holding one (as training reads it)."""
+    source = Path(resume)
+    source = source / CHECKPOINT_FILE if source.is_dir() else source
+    if not source.is_file():
+        raise PosencError(f"resume={resume}: no checkpoint there")
+
+
+def check_output_overrides(args: list[str]) -> None:
+    """The run and sweep folders given on the command line, checked as :func:`check_writable` does."""
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and value and "${" not in value:
+            check_writable(key, value)
 
 
 def _one_line(message: str) -> str:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -41,26 +39,6 @@ def describe_run(run: Path) -> str:
         return str(run.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(run)
-
-
-@contextmanager
-def table_lock(out_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``out_dir``'s tables (POSIX ``flock``), so that two commands updating
-    the same tables at once each merge into the other's result instead of overwriting it."""
-    out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        handle = open(out_dir / ".posenc-tables.lock", "a")
-    except OSError as err:
-        raise PosencError(f"cannot write tables to {out_dir}: {err.strerror or err}") from err
-    with handle:
-        try:
-            import fcntl
-
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        except ImportError:  # not POSIX: no lock, atomic writes only
-            pass
-        yield
 
 
 def read_table(out_dir: Path, stem: str) -> pd.DataFrame | None:

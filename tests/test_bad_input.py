@@ -79,6 +79,43 @@ CASES = [
     ("report of a folder without a comparison", ["report", "{out}"]),
     ("report of a missing folder", ["report", "{tmp}/missing"]),
     ("compare into a foreign table", ["compare", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/foreign"]),
+    # non-finite and out-of-range numbers, refused before any work
+    ("lr not a number", ["train", "train.lr=nan"]),
+    ("infinite lr", ["train", "train.lr=inf"]),
+    ("negative lr", ["train", "train.lr=-0.001"]),
+    ("weight decay not a number", ["train", "train.weight_decay=nan"]),
+    ("negative weight decay", ["train", "train.weight_decay=-0.1"]),
+    ("grad clip not a number", ["train", "train.grad_clip=nan"]),
+    ("negative warmup", ["train", "train.warmup_steps=-5"]),
+    ("zero steps", ["train", "train.steps=0"]),
+    ("zero batch", ["train", "train.batch_size=0"]),
+    ("final lr ratio above 1", ["train", "train.final_lr_ratio=2"]),
+    ("zero check sequences", ["train", "train.check_sequences=0"]),
+    ("rope base of 1", ["train", "encoder=rope", "encoder.base=1.0"]),
+    ("rope base not a number", ["train", "encoder=rope", "encoder.base=nan"]),
+    ("xpos gamma negative", ["train", "encoder=xpos", "encoder.gamma=-0.4"]),
+    ("xpos gamma infinite", ["train", "encoder=xpos", "encoder.gamma=inf"]),
+    ("seed beyond 64 bits", ["train", "seed=" + str(2**64)]),
+    # sizes that cannot fit
+    ("MLP too wide to allocate", ["train", "model.d_mlp=1000000000"]),
+    ("too many layers", ["train", "model.n_layers=100000"]),
+    ("alphabet too large", ["train", "task.n_symbols=1000000000"]),
+    ("randomized position range too large", ["train", "encoder=randomized", "encoder.max_position=10000000000"]),
+    # write locations that cannot be written, found before training
+    ("run dir is a file", ["train", "hydra.run.dir={run}/" + METRICS_FILE]),
+    ("run dir name too long", ["train", "hydra.run.dir={tmp}/" + "r" * 300]),
+    ("results root unwritable", ["train", "paths.results=/proc/posenc"]),
+    ("unknown launcher", ["train", "-m", "hydra/launcher=rocket", "seed=0,1"]),
+    ("output name too long", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/" + "o" * 300]),
+    # malformed run folders
+    ("checkpoint whose encoder is a string", ["extrapolate", "--runs", "{tmp}/stringy", "--out", "{out}"]),
+    ("compare of a malformed checkpoint", ["compare", "--runs", "{tmp}/badckpt", "--out", "{tmp}/c"]),
+    ("checkpoint whose config is not a mapping", ["extrapolate", "--runs", "{tmp}/badckpt", "--out", "{out}"]),
+    ("kernels of a malformed checkpoint", ["kernels", "--runs", "{tmp}/badckpt", "--out", "{tmp}/k"]),
+    ("kernels of an unknown encoder", ["kernels", "--encoders", "rope,bogus", "--out", "{tmp}/k"]),
+    ("extrapolate into a foreign table", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/foreign"]),
+    ("compare up to zero", ["compare", "--runs", "{run}", "--up-to", "0", "--out", "{tmp}/c"]),
+    ("negative sequences", ["extrapolate", "--runs", "{run}", "--sequences", "-4", "--out", "{out}"]),
 ]
 
 
@@ -100,6 +137,14 @@ def workspace(tmp_path_factory, request) -> Path:
         (tmp / name).mkdir()
         (tmp / name / CHECKPOINT_FILE).write_bytes(content)
     (tmp / "garbage" / METRICS_FILE).write_text("{}")
+    import shutil
+
+    import torch
+
+    state = torch.load(tmp / "run" / CHECKPOINT_FILE, weights_only=False)
+    for name, config in [("stringy", {**state["config"], "encoder": "rope"}), ("badckpt", "not a mapping")]:
+        shutil.copytree(tmp / "run", tmp / name)
+        torch.save({**state, "config": config}, tmp / name / CHECKPOINT_FILE)
     (tmp / "foreign").mkdir()
     import pandas as pd
 
@@ -127,11 +172,13 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(workspace, monkeyp
         argv = ["train", *TINY, *argv[1:]]
     before = snapshot(workspace)
     result = runner.invoke(app, argv)
-    assert result.exit_code not in (0, None), result.output
+    assert result.exit_code == 2, (result.exit_code, result.output)
     stderr = result.stderr
-    assert "Traceback" not in stderr and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in stderr, stderr
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, stderr
+    assert len(lines) == 1 and lines[0].startswith("error:"), stderr
     after = snapshot(workspace)
     changed = {k for k in before if before[k] != after.get(k)}
     assert not changed, f"{case}: changed {changed}"
+    assert sorted(after) == sorted(before), f"{case}: wrote {sorted(set(after) - set(before))}"

@@ -54,7 +54,7 @@ def test_overrides_reach_the_typed_config():
         ("train.target_exact_match=1.5", "target_exact_match must be in \\(0, 1\\]"),
         ("model.n_heads=5", "divisible"),
         ("model.d_model=18", "even head dimension"),
-        ("seed=-1", "seed must be a non-negative integer"),
+        ("seed=-1", "seed must be an integer in 0"),
         ("device=tpu", "device must be one of"),
         ("encoder.base=1.0", "encoder.base must be > 1"),
     ],

@@ -153,7 +153,7 @@ BAD = [
     ("factor below 1", ["--factor", "0.5"], "--factor"),
     ("missing run directory", ["--runs", "{tmp}/missing"], "not found"),
     ("unreadable checkpoint", ["--runs", "{tmp}/garbage"], "cannot read checkpoint"),
-    ("output is a file", ["--out", "{tmp}/file"], "not a directory"),
+    ("output is a file", ["--out", "{tmp}/file"], "not a folder"),
 ]
 
 

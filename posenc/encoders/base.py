@@ -8,6 +8,8 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
+MAX_LENGTH = 1 << 20  # longest sequence posenc accepts anywhere: beyond it nothing fits in memory
+
 
 @dataclass(frozen=True)
 class AttentionShape:

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from posenc import functional as F
 from posenc.encoders.absolute import Sinusoidal
-from posenc.encoders.base import AttentionShape, PositionalEncoder
+from posenc.encoders.base import MAX_LENGTH, AttentionShape, PositionalEncoder
 from posenc.encoders.rotary import RoPE
 from posenc.errors import ConfigError, PositionRangeError
 
@@ -56,6 +56,11 @@ class Randomized(PositionalEncoder):
         if base not in RANDOMIZED_BASES:
             known = ", ".join(RANDOMIZED_BASES)
             raise ConfigError(f"randomized: encoder.base must be one of {known}; got {base!r}")
+        if max_position > MAX_LENGTH:
+            raise ConfigError(
+                f"randomized: encoder.max_position must be at most {MAX_LENGTH} (posenc's longest sequence), "
+                f"got {max_position}"
+            )
         if max_position < train_length:
             raise ConfigError(
                 f"randomized: encoder.max_position ({max_position}) must be >= the training length "
