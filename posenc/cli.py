@@ -316,8 +316,8 @@ def kernels(
     Encoders with learned parameters are drawn only from trained runs (--runs), with their own shape.
     """
     from posenc.io import find_runs
-    from posenc.kernels import TABLE_STEM, kernel_table, parse_encoders, parse_scaling, summary
-    from posenc.kernels import summary_markdown, write_figures
+    from posenc.kernel_views import summary, summary_markdown, write_figures
+    from posenc.kernels import TABLE_STEM, kernel_table, parse_encoders, parse_scaling
     from posenc.folders import check_destination, moved, updating
     from posenc.tables import write_tables
 

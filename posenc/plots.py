@@ -56,16 +56,22 @@ def _draw(
                 linestyle=(styles or {}).get(name, "-"))
         low, high = rows[f"{metric}_low"], rows[f"{metric}_high"]
         ax.fill_between(rows["eval_length"], low, high, color=colour, alpha=0.18, linewidth=0)
-    for length in sorted(view["train_length"].unique()):
-        ax.axvline(length, color="grey", linestyle=":", linewidth=1)
-        ax.annotate(f"train {length}", (length, 0.0), xycoords=("data", "axes fraction"), fontsize=7,
-                    color="grey", ha="left", va="bottom", xytext=(2, 2), textcoords="offset points")
+    mark_training_lengths(ax, view["train_length"].unique())
     _length_axis(ax, sorted(view["eval_length"].unique()))
     if metric in BOUNDED:
         ax.set_ylim(-0.02, 1.02)
     elif metric == "perplexity":
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
+
+
+def mark_training_lengths(ax, lengths, at_top: bool = False) -> None:
+    """A dotted vertical line at each training length, labelled "train N" at the bottom (or top) of ``ax``."""
+    for length in sorted(set(int(n) for n in lengths)):
+        ax.axvline(length, color="grey", linestyle=":", linewidth=1)
+        ax.annotate(f"train {length}", (length, 1.0 if at_top else 0.0), xycoords=("data", "axes fraction"),
+                    fontsize=7, color="grey", ha="left", va="top" if at_top else "bottom",
+                    xytext=(2, -2 if at_top else 2), textcoords="offset points")
 
 
 def _length_axis(ax, lengths: list[int]) -> None:

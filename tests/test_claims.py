@@ -86,7 +86,9 @@ def evidence_for(claim: Claim, outcome: str) -> FakeEvidence:
         for factor in claim.factors:
             values[claim.task, t.side, factor, metric] = threshold_seeds(t, claim, outcome)
     learned = {(claim.task, side): True for side in claim.sides()}
-    if outcome == "not testable":
+    if outcome == "not testable" and claim.in_distribution:  # not learning is its evidence: no runs instead
+        del learned[claim.task, claim.sides()[0]]
+    elif outcome == "not testable":
         learned[claim.task, claim.sides()[0]] = False
     return FakeEvidence(values, learned)
 
@@ -123,7 +125,20 @@ def test_missing_or_unlearned_side_is_not_testable(claim):
     del evidence._learned[claim.task, side]
     assert check(claim, evidence).details == (f"{side.label()} has no runs on {claim.task}",)
     evidence._learned[claim.task, side] = False
-    assert check(claim, evidence).details == (f"{side.label()} did not learn {claim.task} in distribution",)
+    if claim.in_distribution:  # a claim about learning itself is judged on the values
+        assert check(claim, evidence).outcome == "agrees"
+    else:
+        assert check(claim, evidence).details == (f"{side.label()} did not learn {claim.task} in distribution",)
+
+
+def test_an_in_distribution_claim_counts_a_side_that_did_not_learn_against_it():
+    """Zoology's "attention solves MQAR": a side that missed the mastery criterion is evidence it differs."""
+    (zoology,) = [c for c in CLAIMS if c.key == "zoology2023_retrieval"]
+    assert zoology.in_distribution
+    evidence = evidence_for(zoology, "differs")
+    for side in zoology.sides():
+        evidence._learned[zoology.task, side] = False
+    assert check(zoology, evidence).outcome == "differs"
 
 
 # --- the check's rules on hand-made claims --------------------------------------------------------------

@@ -1,0 +1,80 @@
+"""The package's import structure: no cycles between posenc's modules (function-local imports included, so
+that none hides one), and the table/report side imports no torch."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import posenc
+
+ROOT = Path(posenc.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py")) if "conf" not in p.relative_to(ROOT).parts}
+
+
+def imports_of(path: Path) -> set[str]:
+    """The posenc modules ``path`` imports anywhere in its body (top level or inside functions)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("posenc")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("posenc"):
+            for alias in node.names:  # `from posenc import files`: the module posenc.files
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in MODULES else node.module)
+    return {m for m in found if m in MODULES and m != "posenc"}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle in ``graph`` as a list of nodes (first == last), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_find_cycle_finds_one_and_only_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycles_between_posenc_modules():
+    graph = {name: imports_of(path) - {name} for name, path in MODULES.items()}
+    # A package's __init__ re-exporting its submodules is not a cycle with them: a submodule importing
+    # `posenc.encoders.base` does not need `posenc.encoders` first.
+    for name in graph:
+        graph[name] = {m for m in graph[name] if not (MODULES[m].name == "__init__.py" and name.startswith(m + "."))}
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+@pytest.mark.parametrize("module", ["posenc.report", "posenc.compare", "posenc.store", "posenc.plots",
+                                    "posenc.pipeline", "posenc.folders", "posenc.claims", "posenc.views",
+                                    "posenc.kernel_views"])
+def test_tables_and_reports_import_no_torch(module):
+    code = f"import {module}, sys; assert 'torch' not in sys.modules, 'torch imported'"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
