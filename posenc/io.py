@@ -19,22 +19,17 @@ from posenc.files import (  # noqa: F401  (run-file names and writers, re-export
 )
 
 
-def is_run_dir(path: Path) -> bool:
-    return (path / CHECKPOINT_FILE).is_file()
-
-
 def find_runs(paths: list[Path]) -> list[Path]:
-    """Run directories named in ``paths``, or found below them (e.g. a multirun sweep folder), sorted."""
+    """Run directories named in ``paths`` and every one below them, sorted: a sweep folder's runs, and the
+    runs with overrides that `posenc train` nests inside the default run's folder
+    (``runs/copy/rope/seed0/train.steps=100/``)."""
     runs: set[Path] = set()
     for path in paths:
         if not path.exists():
             raise PosencError(f"run directory not found: {path}")
         if not path.is_dir():
             raise PosencError(f"not a directory: {path}")
-        if is_run_dir(path):
-            runs.add(path)
-        else:
-            runs.update(p.parent for p in path.rglob(CHECKPOINT_FILE))
+        runs.update(p.parent for p in path.rglob(CHECKPOINT_FILE))
     if not runs:
         raise PosencError(
             f"no trained runs (folders with {CHECKPOINT_FILE}) under: {', '.join(map(str, paths))}"
