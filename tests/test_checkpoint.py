@@ -20,6 +20,11 @@ from posenc.train import train
 
 # Long enough (a second or two of steps) that a kill lands mid-training; checkpoints every 7 steps.
 LONG = [*TINY, "train.steps=600", "train.checkpoint_every=7", "train.log_every=25"]
+# A budget no test run gets through (hours of steps), without mastery checks that could end it early: a stop
+# signal sent once the loop runs always lands mid-training, the only way such a run ends within the test.
+ENDLESS_STEPS = 10_000_000
+ENDLESS = [*TINY, f"train.steps={ENDLESS_STEPS}", "train.checkpoint_every=7", "train.log_every=25",
+           "train.check_every=0"]
 
 
 def metrics_without_time(run: Path) -> dict:
@@ -32,9 +37,9 @@ def weights(run: Path) -> dict:
     return torch.load(run / run_io.CHECKPOINT_FILE, weights_only=True)["model"]
 
 
-def start_training(cwd: Path, run: str, *extra: str) -> subprocess.Popen:
+def start_training(cwd: Path, run: str, *extra: str, config: list[str] = LONG) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "posenc", "train", *LONG, f"hydra.run.dir={run}", *extra],
+        [sys.executable, "-m", "posenc", "train", *config, f"hydra.run.dir={run}", *extra],
         cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
 
@@ -77,16 +82,23 @@ def test_sigkill_at_random_steps_then_resume_is_bit_identical(tmp_path):
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_stop_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, signum, code):
-    process = start_training(tmp_path, "run")
-    wait_for_training(process, tmp_path / "run")
-    process.send_signal(signum)
-    _, stderr = process.communicate(timeout=60)
-    if process.returncode == 0:
-        pytest.skip("training finished before the signal arrived")
-    assert process.returncode == code
+    process = start_training(tmp_path, "run", config=ENDLESS)
+    try:
+        wait_for_training(process, tmp_path / "run")
+        assert process.poll() is None, f"training ended before the signal: {process.communicate()[1]}"
+        process.send_signal(signum)  # the loop is running (a checkpoint exists) and cannot finish on its own
+        try:
+            _, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{signal.Signals(signum).name} did not stop training within 60 s")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == code, stderr
     assert "Traceback" not in stderr and "checkpoint saved" in stderr
     step = torch.load(tmp_path / "run" / run_io.CHECKPOINT_FILE, weights_only=True)["step"]
-    assert 0 < step < 600
+    assert 7 <= step < ENDLESS_STEPS  # at or after the first checkpoint, where the signal was sent
     assert not (tmp_path / "run" / run_io.METRICS_FILE).exists()
 
 

@@ -55,7 +55,18 @@ def test_rotary_encoders_refuse_odd_head_dim(name):
 
 @pytest.mark.parametrize("name", [n for n, c in ENCODERS.items() if not issubclass(c, RotaryEncoder)])
 def test_other_encoders_accept_odd_head_dim(name):
-    build_encoder(name, AttentionShape(d_model=36, n_heads=4), train_length=16)
+    shape = AttentionShape(d_model=36, n_heads=4)  # head_dim 9
+    encoder = build_encoder(name, shape, train_length=16)
+    assert isinstance(encoder, ENCODERS[name]) and encoder.shape.head_dim == 9
+    positions = torch.arange(10)
+    x = torch.randn(2, 10, 36)
+    q, k = torch.randn(2, 4, 10, 9), torch.randn(2, 4, 10, 9)
+    outputs = [encoder.embed(x, positions), *encoder.rotate(q, k, positions)]  # the hooks run at head_dim 9
+    if encoder.has_score_bias:
+        outputs.append(encoder.score_bias(positions, positions))
+        assert outputs[-1].shape == (4, 10, 10)
+    assert [t.shape for t in outputs[:3]] == [x.shape, q.shape, k.shape]
+    assert all(torch.isfinite(t).all() for t in outputs)
 
 
 def test_unknown_encoder_and_option_are_refused_with_the_known_ones():

@@ -3,10 +3,9 @@
 import pytest
 import torch
 
-from posenc import model as model_module
 from posenc.encoders import ENCODERS, AttentionShape, build_encoder
 from posenc.errors import ConfigError
-from posenc.model import ModelConfig, Transformer, causal_attention
+from posenc.model import ModelConfig, Transformer
 
 CFG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=4, d_mlp=64)
 
@@ -45,116 +44,26 @@ def test_same_seed_same_model_different_seed_different_model(name):
 
 @pytest.mark.parametrize("name", ENCODERS)
 def test_encoder_parameters_appear_once_in_state_dict(name):
+    """Every layer shares the encoder, yet its tensors are stored once, under the model's `encoder.`: the
+    state dict is the backbone's (NoPE's, which has no tensors) plus exactly the encoder's own entries."""
     model = make_model(name)
-    keys = [k for k in model.state_dict() if "encoder" in k]
-    assert all(k.startswith("encoder.") for k in keys)
+    state = model.state_dict()
+    own = model.encoder.state_dict()
+    backbone = make_model("nope")
+    assert not backbone.encoder.state_dict()  # NoPE: the backbone alone
+    assert {k for k in state if not k.startswith("encoder.")} == set(backbone.state_dict())  # none per layer
+    assert {k for k in state if k.startswith("encoder.")} == {f"encoder.{k}" for k in own}
+    for key, tensor in own.items():  # the very tensor, stored under one key only
+        assert state[f"encoder.{key}"].data_ptr() == tensor.data_ptr()
+        assert sum(t.data_ptr() == tensor.data_ptr() for t in state.values()) == 1, key
+    n_backbone, n_encoder = (sum(p.numel() for p in m.parameters()) for m in (backbone, model.encoder))
+    assert sum(p.numel() for p in model.parameters()) == n_backbone + n_encoder
 
 
-def test_chunked_bias_attention_equals_dense_reference(monkeypatch):
-    monkeypatch.setattr(model_module, "BIAS_QUERY_BLOCK", 16)
-    encoder = build_encoder("alibi", AttentionShape(32, 4), 64)
-    q, k, v = (torch.randn(2, 4, 50, 8, dtype=torch.float64) for _ in range(3))
-    positions = torch.arange(50)
-    out = causal_attention(q, k, v, positions, encoder)
-    bias = encoder.score_bias(positions, positions).to(torch.float64)
-    scores = q @ k.transpose(-1, -2) / 8**0.5 + bias
-    scores = scores.masked_fill(torch.ones(50, 50, dtype=torch.bool).triu(1), float("-inf"))
-    torch.testing.assert_close(out, scores.softmax(-1) @ v)
-
-
-BIAS_ENCODERS = [n for n, c in ENCODERS.items() if c.has_score_bias]
-
-
-def _dense_reference(q, k, v, encoder):
-    s = q.shape[-2]
-    positions = torch.arange(s)
-    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + encoder.score_bias(positions, positions).to(q.dtype)
-    scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
-    return scores.softmax(-1) @ v
-
-
-@pytest.mark.parametrize("name", BIAS_ENCODERS)
-def test_score_mod_is_the_score_bias(name):
-    encoder = build_encoder(name, AttentionShape(32, 4), 64)
-    score_mod = encoder.score_mod()
-    if score_mod is None:
-        pytest.skip(f"{name} has no FlexAttention form")
-    positions = torch.arange(40)
-    q_idx, kv_idx = positions[:, None].expand(40, 40), positions[None, :].expand(40, 40)
-    for h in range(4):
-        got = score_mod(torch.zeros(40, 40), torch.tensor(0), torch.tensor(h), q_idx, kv_idx)
-        torch.testing.assert_close(got, encoder.score_bias(positions, positions)[h].float())
-
-
-def test_causal_block_mask_equals_flex_attentions_own():
-    flex = pytest.importorskip("torch.nn.attention.flex_attention")
-    for seq in (1, 127, 128, 300, 1000):
-        ours = model_module.causal_block_mask(seq, torch.device("cpu"))
-        theirs = flex.create_block_mask(model_module._causal, None, None, seq, seq, device="cpu")
-        assert ours.to_dense().tolist() == theirs.to_dense().tolist(), seq
-
-
-@pytest.mark.parametrize("name", BIAS_ENCODERS)
-def test_flex_attention_equals_query_blocks_and_the_dense_reference(name):
-    """The fast path (compiled FlexAttention) and the fallback give the same numbers (fp32 tolerance)."""
-    pytest.importorskip("torch.nn.attention.flex_attention")
-    encoder = build_encoder(name, AttentionShape(128, 4), 64)
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(1, 4, 1100, 32) for _ in range(3))  # > FLEX_MIN_LENGTH, not a multiple of 128
-    positions = torch.arange(1100)
-    flex = causal_attention(q, k, v, positions, encoder, kind="flex")
-    blocked = causal_attention(q, k, v, positions, encoder, kind="blocked")
-    auto = causal_attention(q, k, v, positions, encoder, kind="auto")
-    dense = _dense_reference(q.double(), k.double(), v.double(), encoder).float()
-    torch.testing.assert_close(flex, dense, atol=2e-5, rtol=1e-4)
-    torch.testing.assert_close(blocked, dense, atol=2e-5, rtol=1e-4)
-    torch.testing.assert_close(auto, flex)
-
-
-def test_generic_flex_kernels_of_different_score_mods_compile_side_by_side(monkeypatch):
-    """Regression: T5's then KERPLE's score_mod through one shared shape-generic compiled frame generated C++
-    that did not compile (torch 2.13 CPU), which marked flex broken for the whole process."""
-    pytest.importorskip("torch.nn.attention.flex_attention")
-    monkeypatch.setattr(model_module, "STATIC_FLEX_KERNELS", 0)  # every length: the shape-generic kernel
-    monkeypatch.setattr(model_module, "_flex", model_module.FlexState())
-    for name in ("t5", "kerple"):
-        encoder = build_encoder(name, AttentionShape(32, 2), 64)
-        q, k, v = (torch.randn(1, 2, 300, 16) for _ in range(3))
-        flex = model_module.flex_causal_attention(q, k, v, encoder.score_mod())
-        blocked = model_module.blocked_causal_attention(q, k, v, torch.arange(300), encoder)
-        torch.testing.assert_close(flex, blocked, atol=2e-5, rtol=1e-4)
-    assert model_module._flex.broken is None and len(model_module._flex.kernels) == 2
-
-
-def test_auto_attention_falls_back_to_query_blocks_when_flex_cannot_run(monkeypatch, caplog):
-    encoder = build_encoder("alibi", AttentionShape(32, 4), 64)
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("no C compiler here")
-
-    monkeypatch.setattr(model_module, "flex_causal_attention", broken)
-    monkeypatch.setattr(model_module, "_flex", model_module.FlexState())
-    q, k, v = (torch.randn(1, 4, 1024, 8, dtype=torch.float64) for _ in range(3))
-    out = causal_attention(q, k, v, torch.arange(1024), encoder, kind="auto")
-    torch.testing.assert_close(out, _dense_reference(q, k, v, encoder))
-    assert "no C compiler here" in caplog.text
-    with pytest.raises(ConfigError, match="model.attention=flex does not run here"):
-        causal_attention(q, k, v, torch.arange(1024), encoder, kind="flex")
-
-
-@pytest.mark.parametrize("name", [n for n, cls in ENCODERS.items() if cls.has_score_bias])
-def test_a_cpu_training_step_past_flex_length_uses_query_blocks_and_trains_the_bias(monkeypatch, name):
-    """FlexAttention has no backward on CPU: a long training step must not try it (and mark it broken)."""
-    def never(*args, **kwargs):
-        raise AssertionError("FlexAttention called in a CPU training step")
-
-    monkeypatch.setattr(model_module, "flex_causal_attention", never)
-    monkeypatch.setattr(model_module, "_flex", model_module.FlexState())
-    encoder = build_encoder(name, AttentionShape(32, 2), 64)
-    q, k, v = (torch.randn(1, 2, 1100, 16, requires_grad=True) for _ in range(3))
-    causal_attention(q, k, v, torch.arange(1100), encoder).sum().backward()
-    assert model_module._flex.broken is None and q.grad is not None
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder.parameters())
+def test_the_state_dict_test_covers_encoders_with_tensors_of_their_own():
+    """Encoders with learned tensors are where "once" matters: the test above must see some."""
+    with_state = {name for name in ENCODERS if make_model(name).encoder.state_dict()}
+    assert {"learned", "t5", "kerple", "fire"} <= with_state
 
 
 @pytest.mark.parametrize("name", ENCODERS)

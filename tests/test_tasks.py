@@ -226,7 +226,9 @@ def test_passkey_options_and_depths():
 def test_base_task_has_no_depth():
     with pytest.raises(ConfigError, match="task 'copy' has no depth"):
         Copy().at_depth(0.5)
-    assert Task.eval_depths == () and Copy().for_evaluation() is not None
+    assert Task.eval_depths == ()
+    task = Copy()
+    assert task.for_evaluation() is task  # a synthetic task evaluates on its own (fresh) samples
 
 
 def test_unknown_task_and_option_are_refused():

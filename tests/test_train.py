@@ -39,12 +39,33 @@ def test_same_seed_gives_identical_metrics(tmp_path):
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-def test_lr_schedule_warms_up_then_decays_to_a_tenth():
-    assert lr_factor(0, 10, 100) == pytest.approx(0.1)
-    assert lr_factor(9, 10, 100) == pytest.approx(1.0)
-    assert lr_factor(10, 10, 100) == pytest.approx(1.0)
-    assert lr_factor(100, 10, 100) == pytest.approx(0.1)
-    assert lr_factor(55, 10, 100) == pytest.approx(0.55)
+def test_lr_schedule_warms_up_then_decays_to_the_final_ratio():
+    """The formula, always with an explicit end point: training passes train.final_lr_ratio (default 0.0)."""
+    for final in (0.0, 0.25):
+        assert lr_factor(0, 10, 100, final) == pytest.approx(0.1)  # warmup: (step + 1) / warmup
+        assert lr_factor(9, 10, 100, final) == pytest.approx(1.0)
+        assert lr_factor(10, 10, 100, final) == pytest.approx(1.0)
+        assert lr_factor(55, 10, 100, final) == pytest.approx(final + (1 - final) * 0.5)  # half way down
+        assert lr_factor(100, 10, 100, final) == pytest.approx(final, abs=1e-12)
+        assert lr_factor(150, 10, 100, final) == pytest.approx(final, abs=1e-12)  # stays there
+
+
+@pytest.mark.parametrize("ratio", [None, 0.25])  # None: the configured default
+def test_training_uses_the_configured_schedule_and_ends_at_lr_times_final_ratio(tmp_path, ratio):
+    overrides = ["train.steps=12", "train.warmup_steps=4", "train.log_every=1"]
+    overrides += [] if ratio is None else [f"train.final_lr_ratio={ratio}"]
+    cfg = tiny_config(*overrides)
+    if ratio is None:
+        assert cfg.train.final_lr_ratio == 0.0  # conf/train/default.yaml: the cosine decays to zero
+    train(cfg, tmp_path, tiny_dict(*overrides))
+    history = torch.load(tmp_path / run_io.CHECKPOINT_FILE, weights_only=True)["history"]
+    assert [row["step"] for row in history] == list(range(1, 13))
+    lrs = [row["lr"] for row in history]  # logged after each step's scheduler.step()
+    t = cfg.train
+    expected = [t.lr * lr_factor(s, t.warmup_steps, t.steps, t.final_lr_ratio) for s in range(1, 13)]
+    assert lrs == pytest.approx(expected)
+    assert lrs[3] == pytest.approx(t.lr)  # warmed up
+    assert lrs[-1] == pytest.approx(t.lr * t.final_lr_ratio, abs=1e-12)
 
 
 @pytest.mark.gpu

@@ -1,0 +1,192 @@
+"""Causal attention backends: how a model attends, given an encoder. The model (posenc/model.py) calls one
+:class:`CausalAttention` object and never needs to know which backend ran.
+
+- Encoders without a score bias: PyTorch's fused causal ``scaled_dot_product_attention``.
+- Encoders with a score bias (ALiBi, T5, KERPLE, FIRE): *query blocks* (the bias ``[n_h, block, keys]`` one
+  block of queries at a time: linear memory, any device), or compiled *FlexAttention* (Dong et al. 2024:
+  the bias computed inside the kernel, block-sparse causal), chosen by length and by what runs here.
+
+A backend owns its compiled kernels, causal block masks and the record of whether FlexAttention runs on
+this machine. Models share :data:`SHARED` by default, so that evaluating many checkpoints compiles each
+kernel once per process; tests make their own backend instead of patching module state.
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from posenc.encoders import PositionalEncoder
+from posenc.errors import ConfigError
+
+log = logging.getLogger("posenc.attention")
+
+# Queries per block when an encoder adds a score bias: the bias for one block is [n_h, block, s_k],
+# so memory stays linear in the sequence length instead of a whole [b, n_h, s, s] tensor.
+BIAS_QUERY_BLOCK = 512
+# From this length on, score-bias encoders use compiled FlexAttention (model.attention=auto): the bias is
+# computed inside the kernel (linear memory, ~2.3x fused causal SDPA at 8192 on a 2-core CPU against ~8x
+# for query blocks). Shorter sequences stay on query blocks, which need no compilation.
+FLEX_MIN_LENGTH = 1024
+FLEX_BLOCK = 128  # FlexAttention's default block size
+# Length-specialized FlexAttention kernels per score_mod; later lengths share a shape-generic kernel.
+STATIC_FLEX_KERNELS = 6
+ATTENTION_KINDS = ("auto", "flex", "blocked")
+
+
+class CausalAttention:
+    """Causal attention for ``[b, n_h, s, h_d]`` queries, keys and values, with an encoder's score bias.
+
+    Args:
+        query_block: queries per block for the query-block backend.
+        flex_min_length: shortest sequence that ``kind="auto"`` sends to FlexAttention.
+        static_kernels: length-specialized FlexAttention kernels per score_mod (see :meth:`flex`).
+    """
+
+    def __init__(self, query_block: int = BIAS_QUERY_BLOCK, flex_min_length: int = FLEX_MIN_LENGTH,
+                 static_kernels: int = STATIC_FLEX_KERNELS) -> None:
+        self.query_block = query_block
+        self.flex_min_length = flex_min_length
+        self.static_kernels = static_kernels
+        self.kernels: dict[tuple[str, object], Callable[..., Tensor]] = {}  # compiled, per (kind, score_mod)
+        self.static_keys: set[tuple[object, int]] = set()  # (score_mod, length) with a specialized kernel
+        self.masks: dict[tuple[int, str], object] = {}  # causal BlockMask per (length, device), at most 16
+        self.broken: str | None = None  # why FlexAttention does not run here (set on its first failure)
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
+                 dropout_p: float = 0.0, kind: str = "auto") -> Tensor:
+        """Causal scaled dot-product attention, with ``encoder``'s score bias if it has one.
+
+        Args:
+            q, k, v: ``[b, n_h, s, h_d]``.
+            positions: ``[s]``, as given by ``encoder.sample_positions`` (usually ``0..s-1``).
+            encoder: supplies ``score_bias`` (and maybe ``score_mod``) when ``encoder.has_score_bias``.
+            dropout_p: attention dropout (query blocks only: FlexAttention has none).
+            kind: ``auto``, ``flex`` or ``blocked`` (``model.attention``).
+
+        Returns:
+            ``[b, n_h, s, h_d]``.
+        """
+        if not encoder.has_score_bias:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+        seq = q.shape[-2]
+        # FlexAttention has no backward on CPU: a CPU training step takes the query blocks (auto) instead of
+        # failing there and marking flex broken for the evaluations that follow.
+        cpu_backward = q.device.type == "cpu" and torch.is_grad_enabled() and q.requires_grad
+        wants_flex = kind == "flex" or (kind == "auto" and seq >= self.flex_min_length and dropout_p == 0.0
+                                        and not cpu_backward)
+        score_mod = encoder.score_mod() if wants_flex else None  # its q_idx/kv_idx are the positions 0..s-1
+        if score_mod is not None and kind == "flex" and self.broken:
+            raise ConfigError(f"model.attention=flex does not run here: {self.broken}")
+        if score_mod is not None and not self.broken:
+            try:
+                return self.flex(q, k, v, score_mod)
+            except Exception as err:  # no C compiler, unsupported device or torch: query blocks work everywhere
+                if kind == "flex":
+                    raise ConfigError(f"model.attention=flex does not run here: {_first_line(err)}") from err
+                self.broken = _first_line(err)
+                log.warning("FlexAttention does not run here (%s); using query blocks", self.broken)
+        return self.blocked(q, k, v, positions, encoder, dropout_p)
+
+    def blocked(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
+                dropout_p: float = 0.0) -> Tensor:
+        """Causal attention plus ``encoder.score_bias``, ``query_block`` queries at a time (any device).
+
+        Each block sees only the keys up to its last query, and its bias is ``[n_h, block, keys]``: memory
+        is linear in the sequence length. Shapes as in :meth:`__call__`.
+        """
+        seq = q.shape[-2]
+        outputs = []
+        for start in range(0, seq, self.query_block):
+            end = min(start + self.query_block, seq)
+            q_pos, k_pos = positions[start:end], positions[:end]  # keys past `end` are all in the future
+            bias = encoder.score_bias(q_pos, k_pos).to(q.dtype)  # [n_h, bq, end]
+            future = torch.arange(end, device=q.device)[None, :] > torch.arange(start, end, device=q.device)[:, None]
+            bias = bias.masked_fill(future, float("-inf"))  # causal by index
+            outputs.append(F.scaled_dot_product_attention(
+                q[..., start:end, :], k[..., :end, :], v[..., :end, :], attn_mask=bias, dropout_p=dropout_p))
+        return torch.cat(outputs, dim=-2)
+
+    def flex(self, q: Tensor, k: Tensor, v: Tensor, score_mod: Callable[..., Tensor]) -> Tensor:
+        """Causal attention with ``score_mod`` through compiled FlexAttention (Dong et al. 2024).
+
+        Only the blocks on or below the diagonal are computed; no ``[s, s]`` tensor exists. One sequence per
+        call, so a kernel is specialized to a length only: length-specialized kernels run ~15% faster than a
+        shape-generic one on CPU, and the first ``static_kernels`` lengths of each score_mod get one; later
+        ones share a generic kernel (Dynamo recompiles a function at most 8 times, and past that would fall
+        back to eager FlexAttention, which builds the whole ``[s, s]`` score matrix). Shapes as in
+        :meth:`__call__`.
+        """
+        seq = q.shape[-2]
+        code = score_mod.__code__
+        key = (code, seq)
+        static = key in self.static_keys or sum(c is code for c, _ in self.static_keys) < self.static_kernels
+        if static:
+            self.static_keys.add(key)
+        kernel = self._kernel("static" if static else "dynamic", code)
+        mask = self.block_mask(seq, q.device)
+        outputs = [kernel(q[i : i + 1], k[i : i + 1], v[i : i + 1], score_mod, mask) for i in range(q.shape[0])]
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+    def _kernel(self, kind: str, code: object) -> Callable[..., Tensor]:
+        """The compiled FlexAttention call for (``kind``, score_mod ``code``): a frame of its own for each.
+
+        Dynamo keeps compiled code and recompile budgets per frame. One frame shared by several score_mods
+        recompiles for each, and with dynamic shapes on CPU (torch 2.13) a frame compiled for T5's score_mod
+        and then recompiled for KERPLE's generates C++ that does not compile; a copy of the function (same
+        body, new code object) per (kind, score_mod) avoids that and gives each its own recompile budget.
+        """
+        if (kind, code) not in self.kernels:
+            body = _flex_call.__code__.replace(co_name=f"_flex_{kind}_{len(self.kernels)}")
+            frame = types.FunctionType(body, _flex_call.__globals__, body.co_name)
+            self.kernels[(kind, code)] = torch.compile(frame, dynamic=kind == "dynamic")
+        return self.kernels[(kind, code)]
+
+    def block_mask(self, seq: int, device: torch.device):
+        """FlexAttention's ``BlockMask`` for causal attention over ``seq`` tokens, built directly from its
+        block structure (``create_block_mask`` would materialize ``[seq, seq]`` or need a compile).
+
+        Query block ``i`` attends fully to key blocks ``0..i-1`` and partially (``q_idx >= kv_idx``) to
+        block ``i``.
+        """
+        key = (seq, str(device))
+        if key not in self.masks:
+            from torch.nn.attention.flex_attention import BlockMask
+
+            n = -(-seq // FLEX_BLOCK)
+            rows = torch.arange(n, device=device, dtype=torch.int32)
+            partial_count = torch.ones(1, 1, n, device=device, dtype=torch.int32)
+            partial_index = rows.view(1, 1, n, 1).expand(1, 1, n, n).contiguous()  # column 0: the diagonal
+            full_count = rows.view(1, 1, n).clone()  # blocks strictly below the diagonal
+            full_index = rows.view(1, 1, 1, n).expand(1, 1, n, n).contiguous()  # row i: 0, 1, ..., only i used
+            if len(self.masks) >= 16:
+                self.masks.pop(next(iter(self.masks)))
+            self.masks[key] = BlockMask.from_kv_blocks(
+                partial_count, partial_index, full_count, full_index, BLOCK_SIZE=FLEX_BLOCK,
+                mask_mod=_causal, seq_lengths=(seq, seq),
+            )
+        return self.masks[key]
+
+
+SHARED = CausalAttention()  # what models use unless given their own: kernels compiled once per process
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _flex_call(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable[..., Tensor], block_mask) -> Tensor:
+    """The body every compiled FlexAttention frame runs (see :meth:`CausalAttention._kernel`)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)  # type: ignore[return-value]
+
+
+def _causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    return q_idx >= kv_idx

@@ -1,0 +1,136 @@
+"""Causal attention backends (posenc/attention.py): fused SDPA, query blocks and FlexAttention give the
+same numbers as a dense reference, and a backend owns its state (each test makes its own)."""
+
+import pytest
+import torch
+
+from posenc.attention import CausalAttention, _causal
+from posenc.encoders import ENCODERS, AttentionShape, build_encoder
+from posenc.errors import ConfigError
+
+
+def test_chunked_bias_attention_equals_dense_reference():
+    causal_attention = CausalAttention(query_block=16)  # 50 queries: four blocks, the last one partial
+    encoder = build_encoder("alibi", AttentionShape(32, 4), 64)
+    q, k, v = (torch.randn(2, 4, 50, 8, dtype=torch.float64) for _ in range(3))
+    positions = torch.arange(50)
+    out = causal_attention(q, k, v, positions, encoder)
+    bias = encoder.score_bias(positions, positions).to(torch.float64)
+    scores = q @ k.transpose(-1, -2) / 8**0.5 + bias
+    scores = scores.masked_fill(torch.ones(50, 50, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(out, scores.softmax(-1) @ v)
+
+
+BIAS_ENCODERS = [n for n, c in ENCODERS.items() if c.has_score_bias]
+
+
+def _dense_reference(q, k, v, encoder):
+    s = q.shape[-2]
+    positions = torch.arange(s)
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + encoder.score_bias(positions, positions).to(q.dtype)
+    scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+@pytest.mark.parametrize("name", BIAS_ENCODERS)
+def test_score_mod_is_the_score_bias(name):
+    encoder = build_encoder(name, AttentionShape(32, 4), 64)
+    score_mod = encoder.score_mod()
+    if score_mod is None:
+        pytest.skip(f"{name} has no FlexAttention form")
+    positions = torch.arange(40)
+    q_idx, kv_idx = positions[:, None].expand(40, 40), positions[None, :].expand(40, 40)
+    for h in range(4):
+        got = score_mod(torch.zeros(40, 40), torch.tensor(0), torch.tensor(h), q_idx, kv_idx)
+        torch.testing.assert_close(got, encoder.score_bias(positions, positions)[h].float())
+
+
+def test_causal_block_mask_equals_flex_attentions_own():
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    for seq in (1, 127, 128, 300, 1000):
+        ours = CausalAttention().block_mask(seq, torch.device("cpu"))
+        theirs = flex.create_block_mask(_causal, None, None, seq, seq, device="cpu")
+        assert ours.to_dense().tolist() == theirs.to_dense().tolist(), seq
+
+
+@pytest.mark.parametrize("name", BIAS_ENCODERS)
+def test_flex_attention_equals_query_blocks_and_the_dense_reference(name):
+    """The fast path (compiled FlexAttention) and the fallback give the same numbers (fp32 tolerance)."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    encoder = build_encoder(name, AttentionShape(128, 4), 64)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 1100, 32) for _ in range(3))  # > FLEX_MIN_LENGTH, not a multiple of 128
+    positions = torch.arange(1100)
+    causal_attention = CausalAttention()
+    flex = causal_attention(q, k, v, positions, encoder, kind="flex")
+    blocked = causal_attention(q, k, v, positions, encoder, kind="blocked")
+    auto = causal_attention(q, k, v, positions, encoder, kind="auto")
+    dense = _dense_reference(q.double(), k.double(), v.double(), encoder).float()
+    torch.testing.assert_close(flex, dense, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(blocked, dense, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(auto, flex)
+
+
+def test_generic_flex_kernels_of_different_score_mods_compile_side_by_side():
+    """Regression: T5's then KERPLE's score_mod through one shared shape-generic compiled frame generated C++
+    that did not compile (torch 2.13 CPU), which marked flex broken for the whole process."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    attend = CausalAttention(static_kernels=0)  # every length: the shape-generic kernel
+    for name in ("t5", "kerple"):
+        encoder = build_encoder(name, AttentionShape(32, 2), 64)
+        q, k, v = (torch.randn(1, 2, 300, 16) for _ in range(3))
+        flex = attend.flex(q, k, v, encoder.score_mod())
+        blocked = attend.blocked(q, k, v, torch.arange(300), encoder)
+        torch.testing.assert_close(flex, blocked, atol=2e-5, rtol=1e-4)
+    assert attend.broken is None and len(attend.kernels) == 2
+
+
+def test_auto_attention_falls_back_to_query_blocks_when_flex_cannot_run(caplog):
+    encoder = build_encoder("alibi", AttentionShape(32, 4), 64)
+
+    class NoCompiler(CausalAttention):
+        def flex(self, *args, **kwargs):
+            raise RuntimeError("no C compiler here")
+
+    causal_attention = NoCompiler()
+    q, k, v = (torch.randn(1, 4, 1024, 8, dtype=torch.float64) for _ in range(3))
+    out = causal_attention(q, k, v, torch.arange(1024), encoder, kind="auto")
+    torch.testing.assert_close(out, _dense_reference(q, k, v, encoder))
+    assert "no C compiler here" in caplog.text
+    with pytest.raises(ConfigError, match="model.attention=flex does not run here"):
+        causal_attention(q, k, v, torch.arange(1024), encoder, kind="flex")
+
+
+@pytest.mark.parametrize("name", [n for n, cls in ENCODERS.items() if cls.has_score_bias])
+def test_a_cpu_training_step_past_flex_length_uses_query_blocks_and_trains_the_bias(name):
+    """FlexAttention has no backward on CPU: a long training step must not try it (and mark it broken)."""
+
+    class NoFlex(CausalAttention):
+        def flex(self, *args, **kwargs):
+            raise AssertionError("FlexAttention called in a CPU training step")
+
+    causal_attention = NoFlex()
+    encoder = build_encoder(name, AttentionShape(32, 2), 64)
+    q, k, v = (torch.randn(1, 2, 1100, 16, requires_grad=True) for _ in range(3))
+    causal_attention(q, k, v, torch.arange(1100), encoder).sum().backward()
+    assert causal_attention.broken is None and q.grad is not None
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder.parameters())
+
+
+def test_a_model_attends_through_the_backend_it_is_given():
+    from posenc.attention import SHARED
+    from posenc.model import ModelConfig, Transformer
+
+    calls = []
+
+    class Counting(CausalAttention):
+        def __call__(self, *args, **kwargs):
+            calls.append(type(args[4]).__name__)
+            return super().__call__(*args, **kwargs)
+
+    cfg = ModelConfig(vocab_size=18, d_model=32, n_layers=2)
+    model = Transformer(cfg, build_encoder("alibi", cfg.shape, 64), Counting())
+    model(torch.randint(0, 18, (1, 20)))
+    assert calls == ["ALiBi", "ALiBi"]  # once per layer
+    default = Transformer(cfg, build_encoder("rope", cfg.shape, 64))
+    assert all(block.attn.attend is SHARED for block in default.blocks)
