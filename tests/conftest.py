@@ -87,3 +87,23 @@ def trained_runs(tmp_path_factory) -> Path:
     )
     assert result.returncode == 0, result.stderr
     return root / "sweep"
+
+
+# A test that starts another process (the posenc command, a Hydra sweep, a script, a SIGKILL target) or
+# uses the sweep trained that way is an integration test: `pytest -q` leaves it out, CI runs it
+# (README: `pytest -q -m "not slow and not gpu"`). Marked from the test's own source, so that a new test
+# of that kind cannot land in the fast unit suite by forgetting a decorator.
+_SPAWNS = ("posenc_cli(", "subprocess.", "Popen(", "start_training(", "run_script(")
+
+
+def pytest_collection_modifyitems(config, items):
+    import inspect
+
+    for item in items:
+        function = getattr(item, "function", None)
+        try:
+            source = inspect.getsource(function) if function else ""
+        except (OSError, TypeError):
+            source = ""
+        if any(s in source for s in _SPAWNS) or "trained_runs" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)
