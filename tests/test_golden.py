@@ -1,0 +1,51 @@
+"""Golden numbers: each registry encoder's seeded tiny model, pinned (as torchtune pins its components'
+outputs), so that a refactor that changes what a model computes fails here even when every property test
+still passes. tests/golden/tiny_models.json holds them; after a deliberate change of results, rewrite it
+with `python tests/test_golden.py` and say why in the commit.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from posenc.encoders import ENCODERS, AttentionShape, build_encoder
+from posenc.model import ModelConfig, Transformer
+
+GOLDEN = Path(__file__).parent / "golden" / "tiny_models.json"
+CFG = ModelConfig(vocab_size=18, d_model=32, n_layers=2, n_heads=4, d_mlp=64)
+LENGTH, TRAIN_LENGTH = 24, 16  # past the training length too: extrapolation paths are pinned as well
+
+
+def summary(name: str) -> dict[str, float | list[float]]:
+    """Seeded model of encoder ``name`` on seeded tokens: logits' mean, std, a few values, and the loss."""
+    torch.manual_seed(0)
+    encoder = build_encoder(name, AttentionShape(CFG.d_model, CFG.n_heads), 32 if name == "learned" else TRAIN_LENGTH)
+    model = Transformer(CFG, encoder).eval()
+    tokens = torch.randint(0, CFG.vocab_size, (2, LENGTH), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = model(tokens).double()
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+    return {"mean": logits.mean().item(), "std": logits.std().item(), "loss": loss.item(),
+            "first": logits[0, :3, :3].flatten().tolist(), "last": logits[1, -1, :4].tolist()}
+
+
+@pytest.mark.parametrize("name", ENCODERS)
+def test_seeded_tiny_model_matches_its_golden_numbers(name):
+    golden = json.loads(GOLDEN.read_text())
+    assert name in golden, f"no golden numbers for {name}: run `python tests/test_golden.py`"
+    got, want = summary(name), golden[name]
+    for key in want:
+        assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-5), key
+
+
+def test_every_golden_entry_is_a_registry_encoder():
+    assert set(json.loads(GOLDEN.read_text())) == set(ENCODERS)
+
+
+if __name__ == "__main__":
+    GOLDEN.parent.mkdir(exist_ok=True)
+    GOLDEN.write_text(json.dumps({name: summary(name) for name in ENCODERS}, indent=1) + "\n")
+    print(f"wrote {GOLDEN}", file=sys.stderr)
