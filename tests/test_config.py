@@ -1,11 +1,18 @@
 """Hydra configs compose with overrides and convert into checked, typed dataclasses."""
 
+import dataclasses
+from pathlib import Path
+
 import pytest
+import yaml
 from conftest import compose_dict, tiny_config
 
-from posenc.config import run_config_from_dict
+import posenc.conf
+from posenc.config import TrainConfig, run_config_from_dict
 from posenc.encoders import ENCODERS
 from posenc.errors import ConfigError
+from posenc.model import ModelConfig
+from posenc.options import keyword_options
 from posenc.tasks import TASKS
 
 
@@ -83,3 +90,27 @@ def test_unknown_keys_are_refused():
         run_config_from_dict({**compose_dict(), "model": {**compose_dict()["model"], "width": 3}})
     with pytest.raises(ConfigError, match="unknown encoder 'bogus'"):
         run_config_from_dict({**compose_dict(), "encoder": {"name": "bogus"}})
+
+
+# --- every default written once: the yaml files say what the code's defaults say ------------------------
+
+CONF_DIR = Path(posenc.conf.__file__).parent
+
+
+def _yaml(group: str, name: str) -> dict:
+    return yaml.safe_load((CONF_DIR / group / f"{name}.yaml").read_text())
+
+
+@pytest.mark.parametrize("group, registry", [("encoder", ENCODERS), ("task", TASKS)])
+def test_registry_yaml_options_are_the_code_defaults(group, registry):
+    for name, cls in registry.items():
+        options = {k: v for k, v in _yaml(group, name).items() if k not in ("name", "length", "min_length",
+                                                                           "variable_length")}
+        assert options == keyword_options(cls), f"conf/{group}/{name}.yaml"
+
+
+@pytest.mark.parametrize("group, name, cls, skip", [("model", "small", ModelConfig, {"vocab_size"}),
+                                                    ("train", "default", TrainConfig, set())])
+def test_preset_yaml_is_the_dataclass_defaults(group, name, cls, skip):
+    defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.name not in skip}
+    assert _yaml(group, name) == defaults
