@@ -79,7 +79,13 @@ def config_difference(old: dict[str, Any], new: dict[str, Any], prefix: str = ""
 
 def load_training_state(path: Path, config: dict[str, Any]) -> dict[str, Any]:
     """The checkpoint at ``path``, checked to belong to ``config``; raises :class:`PosencError` if not."""
-    state = run_io.read_checkpoint(path)
+    try:
+        state = run_io.read_checkpoint(path)
+    except PosencError as err:  # truncated or foreign: say how to go on
+        raise PosencError(f"{err}; to start this run afresh, delete {path} (its weights are lost), or "
+                          "train into another hydra.run.dir") from err
+    if not isinstance(state.get("config"), dict):
+        raise PosencError(f"cannot resume from {path}: its config is not a mapping; delete it to start afresh")
     if "optimizer" not in state:
         raise PosencError(f"cannot resume from {path}: it holds weights only, no training state")
     diff = config_difference(comparable(state["config"]), comparable(config))

@@ -86,6 +86,8 @@ def precheck(args: list[str]) -> None:
                 run_cfg.build()
                 if isinstance(run_cfg.resume, str):
                     check_resume_source(run_cfg.resume)
+                elif run_cfg.resume and len(combinations) == 1:
+                    check_existing_checkpoint(args, OmegaConf.to_container(cfg, resolve=True))
                 check_writable("paths.results", str(cfg.paths.results))
     except (HydraException, OmegaConfBaseException) as err:
         if isinstance(err, PosencError):
@@ -99,6 +101,17 @@ def check_resume_source(resume: str) -> None:
     source = source / CHECKPOINT_FILE if source.is_dir() else source
     if not source.is_file():
         raise PosencError(f"resume={resume}: no checkpoint there")
+
+
+def check_existing_checkpoint(args: list[str], config: dict) -> None:
+    """A checkpoint already in the ``hydra.run.dir`` given on the command line is one training would
+    resume: refused now if it is unreadable or another configuration's (before Hydra writes a log there)."""
+    from posenc.checkpoint import load_training_state
+
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key == "hydra.run.dir" and "${" not in value and (Path(value) / CHECKPOINT_FILE).is_file():
+            load_training_state(Path(value) / CHECKPOINT_FILE, config)
 
 
 def check_output_overrides(args: list[str]) -> None:

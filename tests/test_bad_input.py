@@ -116,6 +116,7 @@ CASES = [
     ("extrapolate into a foreign table", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/foreign"]),
     ("compare up to zero", ["compare", "--runs", "{run}", "--up-to", "0", "--out", "{tmp}/c"]),
     ("negative sequences", ["extrapolate", "--runs", "{run}", "--sequences", "-4", "--out", "{out}"]),
+    ("resume into a half-truncated checkpoint", ["train", "hydra.run.dir={tmp}/truncated"]),
 ]
 
 
@@ -142,6 +143,9 @@ def workspace(tmp_path_factory, request) -> Path:
     import torch
 
     state = torch.load(tmp / "run" / CHECKPOINT_FILE, weights_only=False)
+    (tmp / "truncated").mkdir()
+    whole = (tmp / "run" / CHECKPOINT_FILE).read_bytes()
+    (tmp / "truncated" / CHECKPOINT_FILE).write_bytes(whole[: len(whole) // 2])
     for name, config in [("stringy", {**state["config"], "encoder": "rope"}), ("badckpt", "not a mapping")]:
         shutil.copytree(tmp / "run", tmp / name)
         torch.save({**state, "config": config}, tmp / name / CHECKPOINT_FILE)
