@@ -9,6 +9,7 @@ This module imports no torch: it works from the tables alone.
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -107,8 +108,25 @@ def aggregate(results: Results) -> pd.DataFrame:
         row["data"] = group["data"].fillna("").iloc[0]  # what text a task read (lm), for the report
         notes = [n for n in group["note"].fillna("") if n]
         row["note"] = notes[0] if notes else ""
+        row["chance_token_accuracy"] = chance_token_accuracy(group["config"].iloc[0] if "config" in group else None)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# The option naming each task's answer alphabet, and its size when the option is not in the config.
+_ANSWER_ALPHABET = {"copy": ("n_symbols", 16), "reverse": ("n_symbols", 16), "retrieval": ("n_values", 32),
+                    "passkey": (None, 10)}  # passkey answers are digits
+
+
+def chance_token_accuracy(config: str | None) -> float:
+    """Token accuracy of a uniform guess over a task's answer alphabet (1/16 for copy's default); NaN for
+    tasks without a fixed one (lm). ``config``: a run's configuration as JSON (:class:`RunIdentity`)."""
+    if not isinstance(config, str):
+        return math.nan
+    task = json.loads(config).get("task") or {}
+    key, default = _ANSWER_ALPHABET.get(task.get("name"), (None, None))
+    size = task.get(key, default) if key else default
+    return 1.0 / size if size else math.nan
 
 
 def labels(table: pd.DataFrame) -> pd.Series:

@@ -57,6 +57,11 @@ def _draw(
         low, high = rows[f"{metric}_low"], rows[f"{metric}_high"]
         ax.fill_between(rows["eval_length"], low, high, color=colour, alpha=0.18, linewidth=0)
     mark_training_lengths(ax, view["train_length"].unique())
+    if metric == "token_accuracy" and "chance_token_accuracy" in view:
+        for chance in view["chance_token_accuracy"].dropna().unique():
+            ax.axhline(chance, color="grey", linestyle="--", linewidth=0.8)
+            ax.annotate(f"chance {chance:.3g}", (1.0, chance), xycoords=("axes fraction", "data"), fontsize=7,
+                        color="grey", ha="right", va="bottom", xytext=(-2, 1), textcoords="offset points")
     _length_axis(ax, sorted(view["eval_length"].unique()))
     if metric in BOUNDED:
         ax.set_ylim(-0.02, 1.02)

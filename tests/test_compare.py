@@ -291,3 +291,20 @@ def test_compare_with_rope_scaling_passkey_depths_and_lm_perplexity(tmp_path):
     report = (out / "report.md").read_text()
     assert "### lm: RoPE context extension at evaluation" in report and "rope +yarn" in report
     assert "rope @depth 0.5" in report and "Data: " in report and str(corpus) in report
+
+
+def test_chance_token_accuracy_is_a_uniform_guess_over_the_answer_alphabet():
+    import json
+    import math
+
+    from posenc.compare import chance_token_accuracy
+
+    def config(**task):
+        return json.dumps({"task": task})
+
+    assert chance_token_accuracy(config(name="copy", n_symbols=8)) == 1 / 8
+    assert chance_token_accuracy(config(name="reverse")) == 1 / 16  # the default alphabet
+    assert chance_token_accuracy(config(name="retrieval", n_values=32, n_keys=64)) == 1 / 32
+    assert chance_token_accuracy(config(name="passkey")) == 1 / 10
+    assert math.isnan(chance_token_accuracy(config(name="lm")))
+    assert math.isnan(chance_token_accuracy(None))
