@@ -48,6 +48,8 @@ def read_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
     except Exception as err:  # any truncated or foreign file: report it, do not crash
         reason = f"not a posenc checkpoint ({type(err).__name__})"
         raise PosencError(f"cannot read checkpoint {path}: {reason}") from err
+    if not isinstance(payload, dict) or not isinstance(payload["config"], dict):
+        raise PosencError(f"cannot read checkpoint {path}: its config is not a mapping (not a posenc checkpoint)")
     return payload
 
 
@@ -55,7 +57,10 @@ def load_run(run_dir: Path, device: torch.device | str = "cpu"):
     """``(RunConfig, task, model)`` of a trained run, the model in eval mode on ``device``."""
     path = Path(run_dir) / CHECKPOINT_FILE
     payload = read_checkpoint(path, device)
-    cfg: RunConfig = run_config_from_dict(payload["config"])
+    try:
+        cfg: RunConfig = run_config_from_dict(payload["config"])
+    except PosencError as err:
+        raise PosencError(f"cannot read checkpoint {path}: its config is invalid ({err})") from err
     task, _, model = cfg.build()
     try:
         model.load_state_dict(payload["model"])
