@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from posenc import io as run_io
-from posenc.encoders import ENCODERS, RotaryEncoder
+from posenc.encoders import ENCODERS
 from posenc.config import MAX_LENGTH
 from posenc.files import learned_from_metrics
 from posenc.tasks import has_mastery_criterion
@@ -116,7 +116,7 @@ def scalings_for(config: dict, scalings: list[RopeScaling]) -> list[RopeScaling]
 
     encoder = config.get("encoder")
     encoder = encoder.get("name") if isinstance(encoder, dict) else None
-    if isinstance(encoder, str) and issubclass(ENCODERS.get(encoder, object), RotaryEncoder):
+    if isinstance(encoder, str) and encoder in ENCODERS and ENCODERS[encoder].takes_rope_scaling:
         return scalings
     return [RopeScaling(NO_SCALING)]
 
@@ -191,7 +191,7 @@ def extrapolate(
             bar.update(job, total=total)
             for scaling in plan[run]:
                 label = scaling_label(scaling)
-                if isinstance(model.encoder, RotaryEncoder):  # "none": the encoder as trained
+                if model.encoder.takes_rope_scaling:  # "none": the encoder as trained
                     model.encoder.set_rope_scaling(None if scaling.method == NO_SCALING else scaling)
                 for length in wanted[run]:
                     if (about["run_id"], length, label) in done:

@@ -268,7 +268,7 @@ def scaled(encoder: PositionalEncoder, method: str, factor: float) -> Positional
     """
     from posenc.functional.rope_scaling import RopeScaling
 
-    if not callable(getattr(encoder, "set_rope_scaling", None)):
+    if not encoder.takes_rope_scaling:
         return None
     encoder = copy.deepcopy(encoder)
     encoder.set_rope_scaling(RopeScaling(method, factor))

@@ -112,3 +112,17 @@ def test_sinusoidal_adds_the_table_to_the_embeddings():
     x = torch.randn(1, 6, 32)
     expected = x + F.sinusoidal_table(torch.arange(6), 32)
     torch.testing.assert_close(encoder.embed(x, torch.arange(6)), expected)
+
+
+@pytest.mark.parametrize("name", ENCODERS)
+def test_one_capability_says_which_encoders_take_rope_scaling(name):
+    """`takes_rope_scaling` is the one answer (extrapolate, kernels ask it): exactly the encoders with a
+    working set_rope_scaling."""
+    from posenc.functional.rope_scaling import RopeScaling
+
+    encoder = build_encoder(name, SHAPE, train_length=16)
+    assert encoder.takes_rope_scaling == (name in {"rope", "rope_ntk", "xpos", "rope_partial"})
+    if encoder.takes_rope_scaling:
+        encoder.set_rope_scaling(RopeScaling("linear", 2.0))
+        q = torch.ones(1, SHAPE.n_heads, 8, SHAPE.head_dim)
+        assert torch.isfinite(encoder.rotate(q, q, torch.arange(8))[0]).all()

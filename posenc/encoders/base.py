@@ -33,6 +33,8 @@ class PositionalEncoder(nn.Module):
 
     description: ClassVar[str] = "no positional information"
     has_score_bias: ClassVar[bool] = False
+    #: Takes a RoPE context-extension method at evaluation (``set_rope_scaling``): the rotary encoders.
+    takes_rope_scaling: ClassVar[bool] = False
 
     def __init__(self, shape: AttentionShape, train_length: int) -> None:
         super().__init__()

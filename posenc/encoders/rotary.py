@@ -29,6 +29,7 @@ class RotaryEncoder(PositionalEncoder):
     """
 
     key: ClassVar[str] = ""  # registry key, for messages
+    takes_rope_scaling: ClassVar[bool] = True
     #: The scaling in force when none is set (``set_rope_scaling(None)``); ``None``: the trained rotations.
     default_scaling: ClassVar[RopeScaling | None] = None
 
