@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from posenc.errors import PosencError
+from posenc.files import _umask
 
 _STAGING = "posenc-staging"  # .<name>.posenc-staging-XXXX: a new set being written
 _OLD = "posenc-old"  # .<name>.posenc-old-XXXX: an old set renamed aside (the fallback swap)
@@ -147,6 +148,7 @@ def updating(out: Path) -> Iterator[Path]:
         try:
             recover(out)
             stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.{_STAGING}-", dir=out.parent))
+            os.chmod(stage, 0o777 & ~_umask())  # mkdtemp makes 0700; a new result folder gets the usual mode
             if out.is_dir():
                 os.rmdir(stage)
                 shutil.copytree(out, stage, symlinks=True)

@@ -34,6 +34,9 @@ def test_a_new_folder_appears_whole_and_nothing_else_is_left(tmp_path):
         (stage / "a.txt").write_text("a")
         assert not out.exists()  # nothing visible before the end
     assert snapshot(out) == {"a.txt": b"a"} and leftovers(out) == []
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask  # a folder's usual mode, not mkdtemp's 0700
 
 
 def test_files_not_written_are_kept_and_written_ones_replaced(tmp_path):
