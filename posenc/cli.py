@@ -261,7 +261,7 @@ def _default_runs() -> list[Path]:
 
 
 def _fmt(value: object) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return "—"
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 

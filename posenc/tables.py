@@ -30,7 +30,11 @@ def training_table(runs: list[Path]) -> pd.DataFrame:
         if metrics:
             metrics["learned"] = run_io.learned_from_metrics(metrics, has_mastery_criterion(metrics.get("task")))
         rows.append({**{c: None for c in TRAINING_COLUMNS}, **metrics, "run": describe_run(run)})
-    return pd.DataFrame(rows, columns=TRAINING_COLUMNS)
+    table = pd.DataFrame(rows, columns=TRAINING_COLUMNS)
+    # Counts stay integers when an unfinished run leaves them empty (not 32.000 and 0.000).
+    for column in ("train_length", "seed", "steps_to_learn", "steps", "budget", "n_sequences"):
+        table[column] = pd.to_numeric(table[column], errors="coerce").round().astype("Int64")
+    return table
 
 
 def describe_run(run: Path) -> str:
