@@ -26,7 +26,7 @@ def test_headline_experiment_composes_the_published_sweep():
 
     cfg = compose_dict(["experiment=headline"])
     assert cfg["encoder"]["name"] == "rope" and cfg["task"]["length"] == 32 and cfg["model"]["d_model"] == 64
-    assert cfg["train"]["steps"] == 3000 and cfg["train"]["check_every"] == 100  # a budget, stopped when learned
+    assert cfg["train"]["steps"] == 10000 and cfg["train"]["check_every"] == 100  # a budget, stopped when learned
     assert cfg["train"]["target_exact_match"] == 0.99 and cfg["task"]["variable_length"] is False
     result = posenc_cli("train", "experiment=headline", "--cfg", "hydra", cwd=Path.cwd())
     assert result.returncode == 0, result.stderr
@@ -34,8 +34,8 @@ def test_headline_experiment_composes_the_published_sweep():
     params = hydra["sweeper"]["params"]
     encoders = params["encoder"].split(",")
     # every encoder of the registry but rope_ntk (rope's checkpoints evaluated with NTK scaling instead)
-    assert encoders == [name for name in ENCODERS if name != "rope_ntk"]
-    assert params["task"] == "copy,reverse,retrieval" and params["seed"] == "0,1,2"
+    assert sorted(encoders) == sorted(name for name in ENCODERS if name != "rope_ntk")
+    assert params["task"] == "retrieval,copy,reverse" and params["seed"] == "0,1,2"  # the slowest first
     for task in params["task"].split(","):  # every job of the sweep is a valid configuration
         for encoder in encoders:
             run_config_from_dict(compose_dict(["experiment=headline", f"task={task}", f"encoder={encoder}"])).build()
