@@ -9,6 +9,9 @@ import pytest
 from posenc.pipeline import REPORT, regenerate
 from posenc.report import same_report
 
+# End to end (every committed report redrawn, figures included): with the integration set.
+pytestmark = pytest.mark.integration
+
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 COMMITTED = sorted(p.parent for p in RESULTS.glob("*/comparison.parquet"))
 

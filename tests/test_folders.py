@@ -77,6 +77,7 @@ def _count_writes(monkeypatch, action) -> int:
     return len(calls)
 
 
+@pytest.mark.integration  # seven whole compares per fault, figures included
 @pytest.mark.parametrize("fault", ["interrupt", "full disk"])
 def test_compare_stopped_at_any_write_leaves_the_old_set(tmp_path, monkeypatch, fault):
     """compare adding a length, stopped at each of its file writes in turn: the folder is the old set."""
