@@ -218,13 +218,16 @@ def plot_all(comparison: pd.DataFrame, out_dir: Path, metrics: dict[str, tuple[s
 def plot_steps(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Steps-to-learn: a panel per task, a row per encoder label, a dot per seed (its first mastery check
     that met the criterion); a seed that never did is a red cross at the right edge. ``runs``: one row
-    per run with ``task``, ``label``, ``steps_to_learn``, ``learned``. Writes ``steps_to_learn.png/.svg``."""
+    per run with ``task``, ``label``, ``steps_to_learn``, ``learned`` and ``budget`` (where a seed that
+    did not learn is drawn; its right edge when unknown). Writes ``steps_to_learn.png/.svg``."""
     plt = pyplot()
     tasks = sorted(runs["task"].unique())
     height = max(2.4, 0.28 * runs.groupby("task")["label"].nunique().max() + 1.2)
     fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks) + 1.4, height), squeeze=False,
                              constrained_layout=True)
-    right = float(runs["steps_to_learn"].max()) if runs["steps_to_learn"].notna().any() else 1.0
+    budget = runs["budget"] if "budget" in runs else pd.Series(float("nan"), index=runs.index)
+    right = float(pd.concat([runs["steps_to_learn"], budget]).max())
+    right = right if right == right else 1.0  # NaN: nothing recorded
     for ax, task in zip(axes.flat, tasks):
         part = runs[runs["task"] == task]
         order = part.groupby("label")["steps_to_learn"].mean().sort_values(na_position="last").index.tolist()
@@ -232,11 +235,12 @@ def plot_steps(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
         done = part[part["learned"]]
         ax.plot(done["steps_to_learn"], done["label"].map(where), "o", color="tab:blue", alpha=0.7, markersize=4)
         missed = part[~part["learned"]]
-        ax.plot([right * 1.08] * len(missed), missed["label"].map(where), "x", color="tab:red", markersize=6)
+        at = budget.loc[missed.index].fillna(right * 1.08)  # a cross at the budget the seed spent
+        ax.plot(at, missed["label"].map(where), "x", color="tab:red", markersize=6)
         ax.set_yticks(range(len(order)), order, fontsize=7)
         ax.set_xlim(0, right * 1.15)
         ax.set_title(task, fontsize=9)
-        ax.set_xlabel("steps to learn (x: not learned)", fontsize=8)
+        ax.set_xlabel("steps to learn (x: not learned within its budget)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3, axis="x")
     fig.suptitle("steps until held-out exact match reached the target (one dot per seed)", fontsize=10)

@@ -6,6 +6,8 @@ regenerated from the committed tables by one command and can be checked for stal
 
 from __future__ import annotations
 
+import json
+
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -44,12 +46,20 @@ def _position_length(rows: pd.DataFrame) -> int | None:
     return want if want in lengths else int(lengths[-1])
 
 
+def _budget(config: object) -> float:
+    """A run's training budget (``train.steps``) from its configuration JSON; NaN where not recorded."""
+    try:
+        return float(json.loads(config)["train"]["steps"])
+    except (TypeError, ValueError, KeyError):
+        return float("nan")
+
+
 def _figures(results: Results, comparison: pd.DataFrame, out_dir: Path) -> dict[tuple, Path]:
     """Every figure: metrics by length, steps-to-learn, accuracy by answer position (learned groups)."""
     figures = plot_all(comparison, out_dir, {t: report_metrics(t) for t in comparison["task"].unique()})
     ev = results.evaluations
     runs = ev.drop_duplicates("run_id").assign(label=lambda t: labels(t.assign(scaling=NO_SCALING, depth=float("nan"))))
-    runs = runs.assign(learned=runs["learned"].astype(bool))
+    runs = runs.assign(learned=runs["learned"].astype(bool), budget=runs["config"].map(_budget))
     mastered = runs[runs["task"].map(lambda t: report_metrics(t)[0] == "exact_match")]  # lm: no criterion
     if len(mastered):
         figures[("steps",)] = plot_steps(mastered, out_dir)[0]

@@ -143,3 +143,15 @@ def test_literature_checks_read_evidence_from_the_tables_and_never_pool_configur
     unlearned = TableEvidence(with_depth_means(results_of(*randomized, *sinusoidal, failed)))
     verdict = check(ruoss, unlearned)
     assert verdict.outcome == "not testable" and "randomized did not learn copy" in verdict.details[0]
+
+
+def test_a_seed_that_did_not_learn_is_drawn_at_its_own_budget():
+    """Steps-to-learn figure: a cross at the budget the seed spent (reverse at 3000 beside copy at 10000),
+    read from each run's configuration."""
+    import json
+
+    from posenc.report import _budget
+
+    assert _budget(json.dumps({"train": {"steps": 3000}})) == 3000.0
+    assert _budget(json.dumps({"train": {}})) != _budget(json.dumps({"train": {}}))  # NaN: not recorded
+    assert _budget(None) != _budget(None)
