@@ -115,7 +115,11 @@ def check_writable(what: str, location: str | Path, reserve: int = 0) -> None:
 def check_destination(out: Path) -> None:
     """Refuse, before any work, a result folder :func:`updating` could not write."""
     check_writable("--out", out, reserve=_RESERVE)
-    out = Path(out)
+    _check_folder(Path(out))
+
+
+def _check_folder(out: Path) -> None:
+    """``out`` is a folder this user may change, or nothing yet (a swap would bypass a folder's mode)."""
     if out.exists() and not out.is_dir():
         raise PosencError(f"cannot write tables to {out}: it is a file, not a folder")
     if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
@@ -130,10 +134,7 @@ def updating(out: Path) -> Iterator[Path]:
     out = Path(os.path.abspath(out))
     stage: Path | None = None
     try:
-        if out.exists() and not out.is_dir():
-            raise PosencError(f"cannot write tables to {out}: it is a file, not a folder")
-        if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):  # replacing it would bypass its mode
-            raise PosencError(f"cannot write tables to {out}: Permission denied")
+        _check_folder(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         handle = open(lock_path(out), "a")
     except OSError as err:
