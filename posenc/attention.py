@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posenc.encoders import PositionalEncoder
+from posenc.encoders.base import as_is
 from posenc.errors import ConfigError
 
 log = logging.getLogger("posenc.attention")
@@ -80,7 +81,7 @@ class CausalAttention:
         cpu_backward = q.device.type == "cpu" and torch.is_grad_enabled() and q.requires_grad
         wants_flex = kind == "flex" or (kind == "auto" and seq >= self.flex_min_length and dropout_p == 0.0
                                         and not cpu_backward)
-        score_mod = encoder.score_mod() if wants_flex else None  # its q_idx/kv_idx are the positions 0..s-1
+        score_mod = self.score_mod(encoder, q) if wants_flex else None  # q_idx/kv_idx: the positions 0..s-1
         if score_mod is not None and kind == "flex" and self.broken:
             raise ConfigError(f"model.attention=flex does not run here: {self.broken}")
         if score_mod is not None and not self.broken:
@@ -92,6 +93,18 @@ class CausalAttention:
                 self.broken = _first_line(err)
                 log.warning("FlexAttention does not run here (%s); using query blocks", self.broken)
         return self.blocked(q, k, v, positions, encoder, dropout_p)
+
+    @staticmethod
+    def score_mod(encoder: PositionalEncoder, q: Tensor) -> Callable[..., Tensor] | None:
+        """``encoder``'s FlexAttention ``score_mod`` for queries ``q``, its captured tensors attached to autograd
+        only where that can work.
+
+        FlexAttention has no backward on CPU, and compiling a CPU kernel whose captured tensors require grad
+        fails even when nothing needs a gradient; on CPU, or with autograd off, the score_mod captures detached
+        views (same values). On GPU in a training step they stay attached, so learned biases train through flex.
+        """
+        attached = torch.is_grad_enabled() and q.device.type != "cpu"
+        return encoder.score_mod(as_is if attached else Tensor.detach)
 
     def blocked(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
                 dropout_p: float = 0.0) -> Tensor:

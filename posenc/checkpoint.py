@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from posenc import io as run_io
+from posenc import files as run_files
+from posenc import runs as run_dirs
 from posenc.errors import PosencError
 
 # Config keys that do not change what is trained, so a run may resume under other values of them.
@@ -80,7 +81,7 @@ def config_difference(old: dict[str, Any], new: dict[str, Any], prefix: str = ""
 def load_training_state(path: Path, config: dict[str, Any]) -> dict[str, Any]:
     """The checkpoint at ``path``, checked to belong to ``config``; raises :class:`PosencError` if not."""
     try:
-        state = run_io.read_checkpoint(path)
+        state = run_dirs.read_checkpoint(path)
     except PosencError as err:  # truncated or foreign: say how to go on
         raise PosencError(f"{err}; to start this run afresh, delete {path} (its weights are lost), or "
                           "train into another hydra.run.dir") from err
@@ -126,4 +127,4 @@ class StopSignals:
 
 def save_training_state(run_dir: Path, payload: dict[str, Any]) -> None:
     """Write the checkpoint atomically: a kill at any moment leaves the previous one intact."""
-    run_io.atomic_write(Path(run_dir) / run_io.CHECKPOINT_FILE, lambda f: torch.save(payload, f))
+    run_files.atomic_write(Path(run_dir) / run_files.CHECKPOINT_FILE, lambda f: torch.save(payload, f))

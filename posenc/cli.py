@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
-import pandas as pd
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from posenc.encoders import ENCODERS
 from posenc.errors import PosencError
+from posenc.printing import by_headline_metric, print_comparison, print_notes, print_registry, print_table
 from posenc.progress import console, print_error
 from posenc.tasks import TASKS
 
@@ -66,8 +63,8 @@ def train(ctx: typer.Context) -> None:
 
     Everything Hydra accepts works: -m/--multirun, hydra/launcher=..., --cfg job, --help.
     """
+    from posenc.hydra_entry import hydra_main
     from posenc.precheck import precheck
-    from posenc.train import hydra_main
 
     try:
         precheck(ctx.args)
@@ -93,11 +90,11 @@ def extrapolate(
     by answer position in positions.parquet. With --rope-scaling, rotary runs are also evaluated under each
     RoPE extension method (a `scaling` column).
     """
-    from posenc.extrapolate import parse_lengths, parse_scalings, scaling_note
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.io import find_runs
-    from posenc.store import merge, read_results, write_results
+    from posenc.extrapolate import parse_lengths, parse_scalings, scaling_note
     from posenc.folders import check_destination, moved, updating
+    from posenc.runs import find_runs
+    from posenc.store import merge, read_results, write_results
     from posenc.views import summary, summary_markdown
 
     try:
@@ -117,29 +114,14 @@ def extrapolate(
         print_error("interrupted; no table written")
         raise typer.Exit(130)
     table = new.evaluations
-    for metric, view in _by_headline_metric(table):
+    for metric, view in by_headline_metric(table):
         shown = summary(view, metric).reset_index()
         shown.columns = [str(c) for c in shown.columns]
         console.print(f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (mean over seeds; all columns "
                       "in the files below)")
         print_table(shown)
-    _print_notes(skipped, scaling_note(table, scalings))
+    print_notes(skipped, scaling_note(table, scalings))
     console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
-
-
-def _by_headline_metric(table):
-    """``(metric, rows)`` for each task's headline metric (perplexity for ``lm``, else exact match)."""
-    from posenc.compare import report_metrics
-
-    headline = table["task"].map(lambda task: report_metrics(task)[0])
-    return [(metric, table[headline == metric]) for metric in dict.fromkeys(headline)]
-
-
-def _print_notes(skipped: list[str], note: str | None) -> None:
-    for reason in skipped:
-        console.print(f"[yellow]skipped:[/] {reason}", highlight=False, soft_wrap=True)
-    if note:
-        console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
 def _command(name: str) -> str:
@@ -169,8 +151,8 @@ def compare(
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.extrapolate import parse_lengths, parse_scalings, run_config, scaling_note
     from posenc.folders import check_destination
-    from posenc.io import find_runs
     from posenc.pipeline import compare_into
+    from posenc.runs import find_runs
     from posenc.store import read_results, run_identity
 
     try:
@@ -195,18 +177,10 @@ def compare(
     except KeyboardInterrupt:  # every file is written atomically at the end: nothing is half-written
         print_error("interrupted; no table written")
         raise typer.Exit(130)
-    _print_comparison(comparison)
-    _print_notes(skipped, scaling_note(new.evaluations, scalings))
+    print_comparison(comparison)
+    print_notes(skipped, scaling_note(new.evaluations, scalings))
     console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
                   f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
-
-
-def _print_comparison(comparison) -> None:
-    from posenc.compare import pivot
-
-    for metric, view in _by_headline_metric(comparison):
-        console.print(f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (mean [95% interval])")
-        print_table(pivot(view, metric))
 
 
 @app.command()
@@ -222,7 +196,7 @@ def report(
         fail(str(err))
     except OSError as err:
         fail(f"cannot write to {out}: {err.strerror or err}")
-    _print_comparison(comparison)
+    print_comparison(comparison)
     console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
                   f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
 
@@ -235,8 +209,8 @@ def runs(
     ] = None,
 ) -> None:
     """List trained runs with their training time and metrics at the training length."""
-    from posenc.io import find_runs
     from posenc.folders import check_destination, moved, updating
+    from posenc.runs import find_runs
     from posenc.tables import training_table, write_tables
 
     try:
@@ -260,38 +234,16 @@ def _default_runs() -> list[Path]:
     return [DEFAULT_RESULTS]
 
 
-def _fmt(value: object) -> str:
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
-
-
-def print_table(table) -> None:
-    """Print a DataFrame as a rich table on stdout (text columns left, numbers right)."""
-    view = Table()
-    for col in table.columns:
-        numeric = pd.api.types.is_numeric_dtype(table[col])
-        view.add_column(col.replace("_", " "), justify="right" if numeric else "left")
-    for row in table.itertuples(index=False):
-        view.add_row(*(_fmt(v) for v in row))
-    # Piped or redirected: as wide as the table needs, so the names that tell runs apart are never cut.
-    Console(width=None if sys.stdout.isatty() else 100_000).print(view)
-
-
 @app.command()
 def encoders() -> None:
     """List the registered positional encoders, one per line."""
-    width = max(map(len, ENCODERS))
-    for key, cls in ENCODERS.items():
-        typer.echo(f"{key:<{width}}  {cls.description}")
+    print_registry(ENCODERS)
 
 
 @app.command()
 def tasks() -> None:
     """List the registered tasks, one per line."""
-    width = max(map(len, TASKS))
-    for key, cls in TASKS.items():
-        typer.echo(f"{key:<{width}}  {cls.description}")
+    print_registry(TASKS)
 
 
 @app.command()
@@ -315,10 +267,10 @@ def kernels(
 
     Encoders with learned parameters are drawn only from trained runs (--runs), with their own shape.
     """
-    from posenc.io import find_runs
+    from posenc.folders import check_destination, moved, updating
     from posenc.kernel_views import summary, summary_markdown, write_figures
     from posenc.kernels import TABLE_STEM, kernel_table, parse_encoders, parse_scaling
-    from posenc.folders import check_destination, moved, updating
+    from posenc.runs import find_runs
     from posenc.tables import write_tables
 
     try:

@@ -16,7 +16,8 @@ import pandas as pd
 import torch
 import yaml
 
-from posenc import io as run_io
+from posenc import files as run_files
+from posenc import runs as run_dirs
 from posenc.encoders import ENCODERS
 from posenc.config import MAX_LENGTH
 from posenc.files import learned_from_metrics
@@ -85,7 +86,7 @@ def doubling_lengths(train_length: int, up_to: int) -> list[int]:
 def _metrics(run: Path) -> dict:
     """The run's ``metrics.json`` (empty if unreadable)."""
     try:
-        metrics = json.loads((run / run_io.METRICS_FILE).read_text())
+        metrics = json.loads((run / run_files.METRICS_FILE).read_text())
     except (OSError, ValueError):
         return {}
     return metrics if isinstance(metrics, dict) else {}
@@ -102,7 +103,7 @@ def _train_length(config: dict) -> int:
 def run_config(run: Path) -> dict:
     """The run's ``config.yaml`` as a mapping; empty if unreadable (loading the run then says why)."""
     try:
-        config = yaml.safe_load((run / run_io.CONFIG_FILE).read_text())
+        config = yaml.safe_load((run / run_files.CONFIG_FILE).read_text())
     except (OSError, yaml.YAMLError):
         return {}
     return config if isinstance(config, dict) else {}
@@ -136,7 +137,7 @@ def extrapolate(
     """Evaluate every run at every length: rows, per-sequence scores and accuracy by position.
 
     Args:
-        runs: run directories (see :func:`posenc.io.find_runs`).
+        runs: run directories (see :func:`posenc.runs.find_runs`).
         lengths: evaluation lengths; None: each run's training length doubled up to ``up_to``.
         sequences: sequences per length (and depth); default: the task's choice, else
             :func:`posenc.evaluate.default_sequences` (at least 64).
@@ -178,9 +179,9 @@ def extrapolate(
             if not wanted[run]:
                 continue  # everything already evaluated
             try:
-                if not (run / run_io.METRICS_FILE).is_file():
-                    raise PosencError(f"{run} is unfinished (no {run_io.METRICS_FILE}); finish training first")
-                cfg, task, model = run_io.load_run(run, dev)
+                if not (run / run_files.METRICS_FILE).is_file():
+                    raise PosencError(f"{run} is unfinished (no {run_files.METRICS_FILE}); finish training first")
+                cfg, task, model = run_dirs.load_run(run, dev)
             except PosencError as err:
                 skipped.append(str(err))
                 bar.advance(job, len(wanted[run]) * len(plan[run]))

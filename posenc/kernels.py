@@ -12,7 +12,7 @@ An encoder can shape attention scores in three places (see :mod:`posenc.encoders
   relative upper bound ``(1/(D/2)) sum_{j=1}^{D/2} |S_j|`` with ``S_j = sum_{k<j} c_k(d)`` and ``c_k(d)``
   the factor the encoder puts on pair ``k`` of ``q_m . conj(k_n)`` (``e^{i d theta_k}`` for RoPE), read from
   ``rotate`` with unit queries and keys, each divided by its modulus at distance 0 (a constant attention
-  scale such as YaRN's is not a decay; xPos's decay stays). :func:`roformer_bound` is the same for RoPE with
+  scale such as YaRN's is not a decay; xPos's decay stays). :func:`posenc.functional.roformer_bound` is the same for RoPE with
   any ``inv_freq``. Raw, as in the paper: its value at distance 0 is ``(D/2 + 1)/2`` (8.5 for ``D = 32``).
 * ``bias`` - ``score_bias(q_pos, k_pos)`` per head, the additive logit (ALiBi: ``-slope_h * d``); raw.
 * ``absolute`` - through ``embed``: cosine similarity of the position vectors ``embed(0)_m`` and
@@ -39,7 +39,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from posenc.encoders import ENCODERS, AttentionShape, PositionalEncoder, build_encoder, check_encoder_name
+from posenc import functional as F
+from posenc.encoders import ENCODERS, AttentionShape, PositionalEncoder, build_encoder
 from posenc.errors import PosencError, PositionRangeError
 from posenc.kernel_views import UNTRAINED
 
@@ -58,42 +59,7 @@ COLUMNS = [
 TABLE_STEM = "kernels"
 
 
-# --------------------------------------------------------------------------------------------- formulas
-
-
-def roformer_bound(distances: Tensor, inv_freq: Tensor) -> Tensor:
-    """RoFormer's relative upper bound of RoPE's score at each relative distance (Su et al. 2021, §3.4.3).
-
-    With pair products ``h_j = q_[2j:2j+2] . conj(k_[2j:2j+2])`` and Abel summation, RoFormer writes
-
-        |sum_{j=0}^{D/2-1} h_j e^{i(m-n)theta_j}| = |sum_{j=0}^{D/2-1} (h_{j+1} - h_j) S_{j+1}|
-                                                 <= (max_i |h_{i+1} - h_i|) sum_{j=1}^{D/2} |S_j|,
-        S_j = sum_{k=0}^{j-1} e^{i(m-n)theta_k},
-
-    and plots the relative upper bound ``(1/(D/2)) sum_{j=1}^{D/2} |S_j|`` (their Fig. 2), which decays with
-    ``m - n``. At distance 0, ``S_j = j`` and the bound is ``(D/2 + 1)/2``.
-
-    Args:
-        distances: ``[n]`` relative distances ``m - n`` (integer or floating point).
-        inv_freq: ``[D/2]`` inverse frequencies ``theta_j`` (any: plain, NTK, YaRN, ...).
-
-    Returns:
-        ``[n]`` float64 bound.
-    """
-    angles = torch.outer(distances.to(torch.float64), inv_freq.to(torch.float64))  # [n, D/2]
-    return relative_bound(torch.polar(torch.ones_like(angles), angles))
-
-
-def relative_bound(factors: Tensor) -> Tensor:
-    """``(1/(D/2)) sum_j |S_j|``, ``S_j = sum_{k<j} factors[..., k]``: :func:`roformer_bound` for any factors.
-
-    Args:
-        factors: ``[..., D/2]`` complex factor on each pair's product ``q . conj(k)`` (``e^{i d theta_k}``).
-
-    Returns:
-        ``[...]`` real bound.
-    """
-    return torch.cumsum(factors, dim=-1).abs().mean(dim=-1)
+# -------------------------------------------------------------------------------------------- distances
 
 
 def distance_grid(max_distance: int) -> Tensor:
@@ -164,7 +130,7 @@ def rotary_components(encoder: PositionalEncoder, distances: Tensor, positions: 
     factors = _pairs(qu[0, :, m])[:, None, :] * _pairs(ku[0, :, keys]).conj()  # [n_h, n, D/2]
     at_zero_pairs = (_pairs(qu[0, :, m]) * _pairs(ku[0, :, m]).conj()).abs()  # [n_h, D/2]
     factors = factors / at_zero_pairs[:, None, :]  # a constant attention scale (YaRN's) is no decay
-    return {"rotary": score / at_zero, "rotary_bound": relative_bound(factors)}
+    return {"rotary": score / at_zero, "rotary_bound": F.relative_bound(factors)}
 
 
 def bias_component(encoder: PositionalEncoder, distances: Tensor, positions: Tensor) -> Tensor | None:
@@ -279,15 +245,8 @@ def scaled(encoder: PositionalEncoder, method: str, factor: float) -> Positional
 
 
 def parse_encoders(text: str | None) -> list[str]:
-    """Registry keys from a comma list (None: all); an unknown key raises with the known ones."""
-    if text is None:
-        return list(ENCODERS)
-    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    if not names:
-        raise PosencError(f"--encoders needs at least one encoder; known encoders: {', '.join(ENCODERS)}")
-    for name in names:
-        check_encoder_name(name)
-    return names
+    """Registry keys from ``--encoders`` (None: all); an unknown key raises with the known ones."""
+    return ENCODERS.parse(text, "--encoders")
 
 
 def check_max_distance(max_distance: int) -> None:
@@ -325,7 +284,7 @@ def kernel_table(
     factor: float,
 ) -> Kernel:
     """Kernels of the untrained default encoders ``names`` and of the trained ``runs`` (their own encoder)."""
-    from posenc.io import load_run
+    from posenc.runs import load_run
     from posenc.tables import describe_run
 
     check_max_distance(max_distance)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc import files as run_io
+from posenc import files as run_files
 from posenc.folders import moved, updating
 from posenc.compare import TABLE_STEM, aggregate, variants
 from posenc.errors import PosencError
@@ -42,7 +42,7 @@ def _write(out: Path, chosen: Results, command: str) -> tuple[pd.DataFrame, list
     comparison = aggregate(chosen)
     paths = write_tables(comparison, out, TABLE_STEM)
     text, figures = render(chosen, comparison, out, command)
-    run_io.atomic_write_text(out / REPORT, text)
+    run_files.atomic_write_text(out / REPORT, text)
     return comparison, paths, figures
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc import files as run_io
+from posenc import files as run_files
 
 LABELS = {
     "exact_match": "exact match", "token_accuracy": "token accuracy", "loss": "loss (nats per answer token)",
@@ -103,7 +103,7 @@ def save_figure(fig, out_dir: Path, stem: str) -> list[Path]:
     for ext in ("png", "svg"):
         path = Path(out_dir) / f"{stem}.{ext}"
         metadata = {"Date": None} if ext == "svg" else None
-        run_io.atomic_write(path, lambda f, ext=ext, m=metadata: fig.savefig(f, format=ext, dpi=150, metadata=m))
+        run_files.atomic_write(path, lambda f, ext=ext, m=metadata: fig.savefig(f, format=ext, dpi=150, metadata=m))
         paths.append(path)
     return paths
 

@@ -52,13 +52,12 @@ def _combinations(overrides: list[str]) -> list[list[str]]:
 
 def check_known_choices(overrides: list[str]) -> None:
     """Unknown encoders and tasks, named with the known ones."""
-    registries = {"encoder": ENCODERS, "task": TASKS}
+    registries = {registry.group: registry for registry in (ENCODERS, TASKS)}
     for override in overrides:
         key, values = _split(override)
         if key in registries:
             for value in values:
-                if value not in registries[key]:
-                    raise ConfigError(f"unknown {key} '{value}'; known: {', '.join(registries[key])}")
+                registries[key].check(value)
 
 
 def precheck(args: list[str]) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc import files as run_io
+from posenc import files as run_files
 from posenc.errors import PosencError
 
 TRAINING_COLUMNS = [
@@ -22,13 +22,13 @@ def training_table(runs: list[Path]) -> pd.DataFrame:
 
     rows = []
     for run in runs:
-        path = run / run_io.METRICS_FILE
+        path = run / run_files.METRICS_FILE
         try:
             metrics = json.loads(path.read_text())
         except (OSError, ValueError):
             metrics = {}
         if metrics:
-            metrics["learned"] = run_io.learned_from_metrics(metrics, has_mastery_criterion(metrics.get("task")))
+            metrics["learned"] = run_files.learned_from_metrics(metrics, has_mastery_criterion(metrics.get("task")))
         rows.append({**{c: None for c in TRAINING_COLUMNS}, **metrics, "run": describe_run(run)})
     table = pd.DataFrame(rows, columns=TRAINING_COLUMNS)
     # Counts stay integers when an unfinished run leaves them empty (not 32.000 and 0.000).
@@ -81,16 +81,16 @@ def write_tables(
         out_dir.mkdir(parents=True, exist_ok=True)
         if csv:
             paths.append(out_dir / f"{stem}.csv")
-            run_io.atomic_write_text(paths[-1], table.to_csv(index=False))
+            run_files.atomic_write_text(paths[-1], table.to_csv(index=False))
         paths.append(out_dir / f"{stem}.parquet")
         stored = table if parquet_table is None else parquet_table
-        run_io.atomic_write(paths[-1], lambda f: stored.to_parquet(f, index=False))
+        run_files.atomic_write(paths[-1], lambda f: stored.to_parquet(f, index=False))
         if markdown:
             paths.append(out_dir / f"{stem}.md")
-            run_io.atomic_write_text(paths[-1], table.to_markdown(index=False, floatfmt=".4f") + "\n")
+            run_files.atomic_write_text(paths[-1], table.to_markdown(index=False, floatfmt=".4f") + "\n")
         if summary is not None:
             paths.append(out_dir / f"{stem}_summary.md")
-            run_io.atomic_write_text(paths[-1], summary)
+            run_files.atomic_write_text(paths[-1], summary)
     except OSError as err:
         raise PosencError(f"cannot write tables to {out_dir}: {err.strerror or err}") from err
     return paths

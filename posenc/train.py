@@ -1,26 +1,21 @@
-"""Training: a plain ``train(cfg, run_dir)`` and the thin Hydra entry point ``hydra_main`` around it."""
+"""Training: a plain ``train(cfg, run_dir)``; ``posenc train``'s Hydra entry point around it is
+:mod:`posenc.hydra_entry`."""
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import logging
 import math
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import hydra
 import torch
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
 
-from posenc import io as run_io
+from posenc import files as run_files
 from posenc.checkpoint import (
     StopSignals,
     TrainingInterrupted,
@@ -29,26 +24,12 @@ from posenc.checkpoint import (
     save_training_state,
     set_rng_states,
 )
-from posenc.config import RunConfig, run_config_from_dict
+from posenc.config import RunConfig
 from posenc.errors import PosencError
 from posenc.evaluate import Scores, answer_loss, evaluate, resolve_device
-from posenc.progress import live_bars, make_progress, print_error
+from posenc.progress import live_bars, make_progress
 
 log = logging.getLogger("posenc.train")
-
-
-def short_dirname(text: str, limit: int = 120) -> str:
-    """A folder name for an override string: itself when short, else a prefix and a stable hash of it.
-
-    Run directories are named after their overrides; file systems cap a name at 255 bytes.
-    """
-    if len(text) <= limit:
-        return text
-    return f"{text[:80]}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
-
-
-# Used by conf/config.yaml's run and sweep directories; registered on import, also in launcher workers.
-OmegaConf.register_new_resolver("posenc_dirname", short_dirname, replace=True)
 
 
 def lr_factor(step: int, warmup: int, total: int, final: float = 0.1) -> float:
@@ -103,13 +84,13 @@ def train(
     """
     run_dir = Path(run_dir)
     state = _state_to_resume(cfg, run_dir, config_dict)
-    if state is not None and _finished(state, cfg) and (run_dir / run_io.METRICS_FILE).is_file():
+    if state is not None and _finished(state, cfg) and (run_dir / run_files.METRICS_FILE).is_file():
         log.info("%s is finished (step %d); not retraining", run_dir, state["step"])
-        return json.loads((run_dir / run_io.METRICS_FILE).read_text())
+        return json.loads((run_dir / run_files.METRICS_FILE).read_text())
     run_dir.mkdir(parents=True, exist_ok=True)
-    run_io.atomic_write_text(run_dir / run_io.CONFIG_FILE, run_io.dump_yaml(config_dict))
+    run_files.atomic_write_text(run_dir / run_files.CONFIG_FILE, run_files.dump_yaml(config_dict))
     if overrides is not None:
-        run_io.atomic_write_text(run_dir / run_io.OVERRIDES_FILE, run_io.dump_yaml(overrides))
+        run_files.atomic_write_text(run_dir / run_files.OVERRIDES_FILE, run_files.dump_yaml(overrides))
 
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
@@ -228,8 +209,8 @@ def train(
             final["exact_match"] >= t.target_exact_match if task.report_metrics[0] == "exact_match" else True),
     }
     checkpoint(trained)
-    run_io.atomic_write_text(run_dir / run_io.HISTORY_FILE, _csv(history))
-    run_io.write_json(run_dir / run_io.METRICS_FILE, metrics)
+    run_files.atomic_write_text(run_dir / run_files.HISTORY_FILE, _csv(history))
+    run_files.write_json(run_dir / run_files.METRICS_FILE, metrics)
     if not metrics["learned"]:
         log.warning("NOT LEARNED: held-out exact match stayed below %.2f at length %d for the whole budget "
                     "(%d steps)", t.target_exact_match, cfg.task.length, t.steps)
@@ -258,11 +239,11 @@ def _state_to_resume(cfg: RunConfig, run_dir: Path, config: dict[str, Any]) -> d
     """The training state to continue from, per ``cfg.resume``; None to start afresh."""
     if isinstance(cfg.resume, str):
         source = Path(cfg.resume)
-        source = source / run_io.CHECKPOINT_FILE if source.is_dir() else source
+        source = source / run_files.CHECKPOINT_FILE if source.is_dir() else source
         if not source.is_file():
             raise PosencError(f"resume={cfg.resume}: no checkpoint there")
         return load_training_state(source, config)
-    existing = run_dir / run_io.CHECKPOINT_FILE
+    existing = run_dir / run_files.CHECKPOINT_FILE
     if not existing.is_file():
         return None
     if not cfg.resume:
@@ -277,36 +258,3 @@ def _csv(rows: list[dict[str, Any]]) -> str:
         writer.writeheader()
         writer.writerows(rows)
     return out.getvalue()
-
-
-def _job_config(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved job config (without Hydra's own node) as a plain mapping."""
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-
-
-@hydra.main(version_base="1.3", config_path="pkg://posenc.conf", config_name="config")
-def hydra_main(cfg: DictConfig) -> float:
-    """``posenc train``: compose the config with Hydra, then call :func:`train` in the job's folder."""
-    hydra_cfg = HydraConfig.get()
-    multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    try:
-        config_dict = _job_config(cfg)
-        launcher = str(hydra_cfg.launcher.get("_target_", ""))
-        if "BasicLauncher" not in launcher:
-            config_dict["progress"] = False  # parallel or cluster jobs: no live bars
-        run_cfg = run_config_from_dict(config_dict)
-        overrides = list(hydra_cfg.overrides.task)
-        metrics = train(run_cfg, Path(hydra_cfg.runtime.output_dir), config_dict, overrides)
-    except TrainingInterrupted as err:  # checkpoint saved: stop this process (a whole sweep too)
-        print_error(str(err))
-        sys.exit(err.exit_code)
-    except PosencError as err:
-        if multirun:  # mark this job failed; the launcher goes on with the others
-            log.error("%s", err)
-            raise
-        print_error(str(err))
-        sys.exit(2)
-    except KeyboardInterrupt:  # a second Ctrl-C: files on disk are whole (atomic writes)
-        print_error("interrupted; the last checkpoint is kept")
-        sys.exit(130)
-    return metrics["exact_match"]

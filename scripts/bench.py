@@ -30,7 +30,7 @@ from rich.table import Table
 from posenc import functional as PF
 from posenc.encoders import ENCODERS, build_encoder
 from posenc.errors import PositionRangeError
-from posenc.io import atomic_write_text
+from posenc.files import atomic_write_text
 from posenc.model import ModelConfig, Transformer
 
 console = Console(stderr=True)

@@ -45,6 +45,26 @@ def test_score_mod_is_the_score_bias(name):
         torch.testing.assert_close(got, encoder.score_bias(positions, positions)[h].float())
 
 
+def _closed_over_tensors(score_mod):
+    return [c.cell_contents for c in score_mod.__closure__ or () if isinstance(c.cell_contents, torch.Tensor)]
+
+
+@pytest.mark.parametrize("name", BIAS_ENCODERS)
+def test_backend_decides_how_a_score_mod_captures_parameters(name):
+    """Encoders know no FlexAttention rule: on CPU the backend detaches every tensor a score_mod closes over
+    (compiling a CPU kernel with captured tensors that require grad fails), the encoder just applies it."""
+    encoder = build_encoder(name, AttentionShape(32, 4), 64)
+    if encoder.score_mod() is None:
+        pytest.skip(f"{name} has no FlexAttention form")
+    learned = any(p.requires_grad for p in encoder.parameters())
+    with torch.enable_grad():
+        as_given = _closed_over_tensors(encoder.score_mod())
+        by_backend = _closed_over_tensors(CausalAttention.score_mod(encoder, torch.randn(1, 4, 8, 8)))
+    assert as_given and len(by_backend) == len(as_given)
+    assert any(t.requires_grad for t in as_given) == learned  # the encoder's own tensors, attached
+    assert not any(t.requires_grad for t in by_backend)
+
+
 def test_causal_block_mask_equals_flex_attentions_own():
     flex = pytest.importorskip("torch.nn.attention.flex_attention")
     for seq in (1, 127, 128, 300, 1000):
@@ -79,7 +99,7 @@ def test_generic_flex_kernels_of_different_score_mods_compile_side_by_side():
     for name in ("t5", "kerple"):
         encoder = build_encoder(name, AttentionShape(32, 2), 64)
         q, k, v = (torch.randn(1, 2, 300, 16) for _ in range(3))
-        flex = attend.flex(q, k, v, encoder.score_mod())
+        flex = attend.flex(q, k, v, attend.score_mod(encoder, q))
         blocked = attend.blocked(q, k, v, torch.arange(300), encoder)
         torch.testing.assert_close(flex, blocked, atol=2e-5, rtol=1e-4)
     assert attend.broken is None and len(attend.kernels) == 2

@@ -9,7 +9,7 @@ from conftest import TINY
 from typer.testing import CliRunner
 
 from posenc.cli import app
-from posenc.io import CHECKPOINT_FILE, METRICS_FILE
+from posenc.files import CHECKPOINT_FILE, METRICS_FILE
 
 runner = CliRunner()
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import TINY, posenc_cli, tiny_config, tiny_dict
 
-from posenc import io as run_io
+from posenc import files as run_files
 from posenc.checkpoint import config_difference, rng_states, set_rng_states
 from posenc.errors import PosencError
 from posenc.train import train
@@ -28,13 +28,13 @@ ENDLESS = [*TINY, f"train.steps={ENDLESS_STEPS}", "train.checkpoint_every=7", "t
 
 
 def metrics_without_time(run: Path) -> dict:
-    metrics = json.loads((run / run_io.METRICS_FILE).read_text())
+    metrics = json.loads((run / run_files.METRICS_FILE).read_text())
     metrics.pop("train_seconds")
     return metrics
 
 
 def weights(run: Path) -> dict:
-    return torch.load(run / run_io.CHECKPOINT_FILE, weights_only=True)["model"]
+    return torch.load(run / run_files.CHECKPOINT_FILE, weights_only=True)["model"]
 
 
 def start_training(cwd: Path, run: str, *extra: str, config: list[str] = LONG) -> subprocess.Popen:
@@ -47,7 +47,7 @@ def start_training(cwd: Path, run: str, *extra: str, config: list[str] = LONG) -
 def wait_for_training(process: subprocess.Popen, run_dir: Path, timeout: float = 60) -> None:
     """Until the run has written a checkpoint (its loop is running), or the process ended."""
     deadline = time.monotonic() + timeout
-    while not (run_dir / run_io.CHECKPOINT_FILE).exists() and process.poll() is None:
+    while not (run_dir / run_files.CHECKPOINT_FILE).exists() and process.poll() is None:
         assert time.monotonic() < deadline, "training did not start"
         time.sleep(0.02)
 
@@ -67,8 +67,8 @@ def test_sigkill_at_random_steps_then_resume_is_bit_identical(tmp_path):
             process.send_signal(signal.SIGKILL)
             process.wait()
             kills += 1
-        if (run / run_io.CHECKPOINT_FILE).exists():
-            steps_seen.append(torch.load(run / run_io.CHECKPOINT_FILE, weights_only=True)["step"])
+        if (run / run_files.CHECKPOINT_FILE).exists():
+            steps_seen.append(torch.load(run / run_files.CHECKPOINT_FILE, weights_only=True)["step"])
     final = posenc_cli("train", *LONG, "hydra.run.dir=killed", cwd=tmp_path)
     assert final.returncode == 0, final.stderr
 
@@ -77,7 +77,7 @@ def test_sigkill_at_random_steps_then_resume_is_bit_identical(tmp_path):
     assert metrics_without_time(run) == metrics_without_time(tmp_path / "reference")
     ref = weights(tmp_path / "reference")
     assert all(torch.equal(tensor, ref[name]) for name, tensor in weights(run).items())
-    assert (run / run_io.HISTORY_FILE).read_text() == (tmp_path / "reference" / run_io.HISTORY_FILE).read_text()
+    assert (run / run_files.HISTORY_FILE).read_text() == (tmp_path / "reference" / run_files.HISTORY_FILE).read_text()
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -97,18 +97,18 @@ def test_stop_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, signum, code
             process.communicate()
     assert process.returncode == code, stderr
     assert "Traceback" not in stderr and "checkpoint saved" in stderr
-    step = torch.load(tmp_path / "run" / run_io.CHECKPOINT_FILE, weights_only=True)["step"]
+    step = torch.load(tmp_path / "run" / run_files.CHECKPOINT_FILE, weights_only=True)["step"]
     assert 7 <= step < ENDLESS_STEPS  # at or after the first checkpoint, where the signal was sent
-    assert not (tmp_path / "run" / run_io.METRICS_FILE).exists()
+    assert not (tmp_path / "run" / run_files.METRICS_FILE).exists()
 
 
 def test_finished_run_is_not_retrained(tmp_path):
     config = tiny_dict()
     first = train(tiny_config(), tmp_path, config)
-    before = (tmp_path / run_io.CHECKPOINT_FILE).stat().st_mtime_ns
+    before = (tmp_path / run_files.CHECKPOINT_FILE).stat().st_mtime_ns
     again = train(tiny_config(), tmp_path, config)
     assert again == first
-    assert (tmp_path / run_io.CHECKPOINT_FILE).stat().st_mtime_ns == before
+    assert (tmp_path / run_files.CHECKPOINT_FILE).stat().st_mtime_ns == before
 
 
 def test_a_run_dir_of_another_config_is_refused_and_left_alone(tmp_path):
@@ -125,10 +125,10 @@ def test_how_switches_do_not_block_resuming(tmp_path):
     """train.compile and model.attention choose how, not what, is computed: a run resumes across them."""
     short = ("train.steps=8", "train.checkpoint_every=4")
     train(tiny_config(*short), tmp_path, tiny_dict(*short))
-    state = torch.load(tmp_path / run_io.CHECKPOINT_FILE, weights_only=True)
+    state = torch.load(tmp_path / run_files.CHECKPOINT_FILE, weights_only=True)
     state["step"] = 4  # pretend it stopped half way
-    torch.save(state, tmp_path / run_io.CHECKPOINT_FILE)
-    (tmp_path / run_io.METRICS_FILE).unlink()
+    torch.save(state, tmp_path / run_files.CHECKPOINT_FILE)
+    (tmp_path / run_files.METRICS_FILE).unlink()
     switched = (*short, "train.compile=false", "model.attention=blocked")
     metrics = train(tiny_config(*switched), tmp_path, tiny_dict(*switched))
     assert metrics["steps"] == 8
@@ -141,7 +141,7 @@ def test_resume_from_another_run_directory(tmp_path):
         train(tiny_config(f"resume={tmp_path / 'a'}"), tmp_path / "b", tiny_dict(f"resume={tmp_path / 'a'}"))
     resumed = [*("train.steps=8", "train.checkpoint_every=4"), f"resume={tmp_path / 'a'}"]
     metrics = train(tiny_config(*resumed), tmp_path / "d", tiny_dict(*resumed))
-    assert metrics == json.loads((tmp_path / "a" / run_io.METRICS_FILE).read_text()) | {
+    assert metrics == json.loads((tmp_path / "a" / run_files.METRICS_FILE).read_text()) | {
         "train_seconds": metrics["train_seconds"]}
     with pytest.raises(PosencError, match="no checkpoint there"):
         train(tiny_config(f"resume={tmp_path / 'nowhere'}"), tmp_path / "c", tiny_dict())
@@ -151,9 +151,9 @@ def test_divergence_stops_with_a_clear_message_and_keeps_the_last_checkpoint(tmp
     overrides = ["train.lr=1e30", "train.warmup_steps=0", "train.steps=50", "train.checkpoint_every=1"]
     with pytest.raises(PosencError, match="loss became non-finite by step"):
         train(tiny_config(*overrides), tmp_path, tiny_dict(*overrides))
-    state = torch.load(tmp_path / run_io.CHECKPOINT_FILE, weights_only=True)
+    state = torch.load(tmp_path / run_files.CHECKPOINT_FILE, weights_only=True)
     assert all(torch.isfinite(t).all() for t in state["model"].values())
-    assert not (tmp_path / run_io.METRICS_FILE).exists()
+    assert not (tmp_path / run_files.METRICS_FILE).exists()
 
 
 def test_rng_states_round_trip():
@@ -173,14 +173,14 @@ def test_config_difference_names_the_first_changed_key():
 def test_checkpoint_files_are_never_half_written(tmp_path, monkeypatch):
     """A failure while writing leaves the previous file intact and no temporary file behind."""
     target = tmp_path / "file.bin"
-    run_io.atomic_write_text(target, "old")
+    run_files.atomic_write_text(target, "old")
 
     def explode(f):
         f.write(b"partial")
         raise OSError("disk full")
 
     with pytest.raises(OSError):
-        run_io.atomic_write(target, explode)
+        run_files.atomic_write(target, explode)
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
 

@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 from posenc.cli import app
 from posenc.encoders import ENCODERS
+from posenc.files import CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE
+from posenc.hydra_entry import short_dirname
 from posenc.store import COLUMNS, POSITION_COLUMNS, SEQUENCE_COLUMNS
-from posenc.io import CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE
-from posenc.train import short_dirname
 
 runner = CliRunner()
 # The sub-folder Hydra names after the overrides of the `trained_runs` sweep (sorted, joined by commas).
@@ -144,8 +144,8 @@ def test_extrapolate_reports_unreadable_checkpoints(tmp_path):
 @pytest.mark.parametrize(
     "override, needle",
     [
-        ("encoder=bogus", "unknown encoder 'bogus'; known: nope, sinusoidal, learned, alibi, rope, rope_ntk, xpos"),
-        ("task=sorting", "unknown task 'sorting'; known: copy, retrieval"),
+        ("encoder=bogus", "unknown encoder 'bogus'; known encoders: nope, sinusoidal, learned, alibi, rope, rope_ntk, xpos"),
+        ("task=sorting", "unknown task 'sorting'; known tasks: copy, retrieval"),
         ("model.d_model=18", "even head dimension"),
         ("train.steps=abc", "train.steps must be of type int"),
         ("task.length=-4", "task.length must be between"),

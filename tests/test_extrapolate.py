@@ -38,7 +38,7 @@ def test_a_single_scaling_method_labels_only_rotary_runs_with_it(trained_runs):
     """`--rope-scaling yarn` alone: rope evaluated under YaRN, learned as trained (and labelled so)."""
     from posenc.extrapolate import scaling_note
     from posenc.functional.rope_scaling import RopeScaling
-    from posenc.io import find_runs
+    from posenc.runs import find_runs
 
     scalings = [RopeScaling("yarn")]
     results, skipped = extrapolate(find_runs([trained_runs]), [16, 32], sequences=4, device="cpu",

@@ -14,7 +14,11 @@ from posenc.cli import app
 from posenc.encoders import build_encoder
 from posenc.functional.rope_scaling import ROPE_SCALING
 from posenc.kernels import (
-    COLUMNS, DEFAULT_SHAPE, DEFAULT_TRAIN_LENGTH, kernel, kernel_table, roformer_bound,
+    COLUMNS,
+    DEFAULT_SHAPE,
+    DEFAULT_TRAIN_LENGTH,
+    kernel,
+    kernel_table,
 )  # fmt: skip
 
 runner = CliRunner()
@@ -41,7 +45,7 @@ def test_default_shape_and_train_length_are_the_configs():
 def test_roformer_bound_decays_and_equals_the_paper_sum():
     inv_freq = F.rope_inv_freq(HEAD_DIM, 10000.0, dtype=torch.float64)
     distances = torch.arange(2049)
-    bound = roformer_bound(distances, inv_freq)
+    bound = F.roformer_bound(distances, inv_freq)
     assert bound[0].item() == pytest.approx((HEAD_DIM / 2 + 1) / 2)  # S_j = j at distance 0
     assert bound[1024:].mean() < 0.35 * bound[0]  # long-term decay (RoFormer §3.4.3, Fig. 2)
     assert bound[1024:].mean() < bound[1:64].mean()
@@ -61,7 +65,7 @@ def test_hook_kernel_of_rope_is_the_formula():
     distances = torch.arange(301)
     bound = curve(table, "rotary_bound")
     assert bound["head"].isna().all() and list(bound["distance"]) == list(range(301))  # same for every head
-    torch.testing.assert_close(torch.tensor(bound["value"].values), roformer_bound(distances, inv_freq),
+    torch.testing.assert_close(torch.tensor(bound["value"].values), F.roformer_bound(distances, inv_freq),
                                rtol=1e-6, atol=1e-6)
     score = torch.tensor(curve(table, "rotary")["value"].values)  # all-ones q.k = mean_j cos(d theta_j)
     torch.testing.assert_close(score, torch.cos(torch.outer(distances.double(), inv_freq)).mean(-1),
@@ -90,9 +94,9 @@ def test_sinusoidal_kernel_is_the_cosine_of_position_vectors():
 
 
 def test_ntk_scaling_decays_slower_than_plain_rope():
-    plain = roformer_bound(torch.arange(2049), F.rope_inv_freq(HEAD_DIM, 10000.0, dtype=torch.float64))
+    plain = F.roformer_bound(torch.arange(2049), F.rope_inv_freq(HEAD_DIM, 10000.0, dtype=torch.float64))
     inv_freq, _ = ROPE_SCALING["ntk"](HEAD_DIM, 10000.0, 4.0, DEFAULT_TRAIN_LENGTH, 2048)
-    ntk = roformer_bound(torch.arange(2049), inv_freq)
+    ntk = F.roformer_bound(torch.arange(2049), inv_freq)
     for fraction in (0.5, 0.25):
         assert first_below(ntk, fraction) > first_below(plain, fraction)
     # Through the encoder's set_rope_scaling, as `posenc kernels --rope-scaling ntk` draws it: the same curve.
@@ -175,7 +179,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case, args, needle):
 def test_learned_bias_kernel_is_read_from_a_trained_run(tmp_path):
     from conftest import TINY
 
-    from posenc.io import load_run
+    from posenc.runs import load_run
 
     run = tmp_path / "fire-run"
     trained = runner.invoke(app, ["train", *TINY, "encoder=fire", f"hydra.run.dir={run}"])

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from conftest import TINY, compose_dict, posenc_cli
 
-from posenc.io import METRICS_FILE
+from posenc.files import METRICS_FILE
 
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher")

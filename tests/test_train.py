@@ -8,22 +8,23 @@ import pytest
 import torch
 from conftest import learned_run, tiny_config, tiny_dict
 
-from posenc import io as run_io
+from posenc import files as run_files
+from posenc import runs as run_dirs
 from posenc.encoders import ENCODERS
 from posenc.extrapolate import extrapolate
-from posenc.train import lr_factor, short_dirname, train
+from posenc.train import lr_factor, train
 
 
 def test_train_writes_checkpoint_metrics_history(tmp_path):
     cfg = tiny_config()
     metrics = train(cfg, tmp_path, tiny_dict())
-    for name in (run_io.CHECKPOINT_FILE, run_io.METRICS_FILE, run_io.HISTORY_FILE):
+    for name in (run_files.CHECKPOINT_FILE, run_files.METRICS_FILE, run_files.HISTORY_FILE):
         assert (tmp_path / name).is_file()
-    saved = json.loads((tmp_path / run_io.METRICS_FILE).read_text())
+    saved = json.loads((tmp_path / run_files.METRICS_FILE).read_text())
     assert saved == metrics
     assert saved["eval_length"] == cfg.task.length and saved["n_sequences"] == cfg.train.eval_sequences
     assert 0 <= saved["exact_match"] <= saved["token_accuracy"] <= 1
-    loaded_cfg, task, model = run_io.load_run(tmp_path)
+    loaded_cfg, task, model = run_dirs.load_run(tmp_path)
     assert loaded_cfg == cfg
     assert not model.training
 
@@ -34,8 +35,8 @@ def test_same_seed_gives_identical_metrics(tmp_path):
     drop = lambda m: {k: v for k, v in m.items() if k != "train_seconds"}  # noqa: E731
     assert drop(a) == drop(b)
     assert drop(a) != drop(c)
-    sa = torch.load(tmp_path / "a" / run_io.CHECKPOINT_FILE, weights_only=True)["model"]
-    sb = torch.load(tmp_path / "b" / run_io.CHECKPOINT_FILE, weights_only=True)["model"]
+    sa = torch.load(tmp_path / "a" / run_files.CHECKPOINT_FILE, weights_only=True)["model"]
+    sb = torch.load(tmp_path / "b" / run_files.CHECKPOINT_FILE, weights_only=True)["model"]
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
@@ -58,7 +59,7 @@ def test_training_uses_the_configured_schedule_and_ends_at_lr_times_final_ratio(
     if ratio is None:
         assert cfg.train.final_lr_ratio == 0.0  # conf/train/default.yaml: the cosine decays to zero
     train(cfg, tmp_path, tiny_dict(*overrides))
-    history = torch.load(tmp_path / run_io.CHECKPOINT_FILE, weights_only=True)["history"]
+    history = torch.load(tmp_path / run_files.CHECKPOINT_FILE, weights_only=True)["history"]
     assert [row["step"] for row in history] == list(range(1, 13))
     lrs = [row["lr"] for row in history]  # logged after each step's scheduler.step()
     t = cfg.train
@@ -79,19 +80,12 @@ def test_train_runs_on_cuda(tmp_path):
 def test_default_rope_learns_copy(tmp_path):
     """The README's promise: the default run (rope on copy) reaches >= 0.99 exact match at its length."""
     from conftest import compose_dict
+
     from posenc.config import run_config_from_dict
 
     config = compose_dict(["progress=false"])
     metrics = train(run_config_from_dict(config), tmp_path, config)
     assert metrics["exact_match"] >= 0.99
-
-
-def test_long_override_dirnames_are_shortened_stably():
-    short = "model.n_layers=3,task.length=128"
-    assert short_dirname(short) == short
-    long = ",".join(f"train.option{i}={i}" for i in range(40))
-    name = short_dirname(long)
-    assert len(name) <= 100 and name == short_dirname(long) and name != short_dirname(long + "x")
 
 
 @pytest.mark.parametrize("encoder", ENCODERS)
@@ -132,7 +126,7 @@ def scripted_checks(monkeypatch, scores):
 
 
 def history_steps(run_dir):
-    return [int(line.split(",")[0]) for line in (run_dir / run_io.HISTORY_FILE).read_text().splitlines()[1:]]
+    return [int(line.split(",")[0]) for line in (run_dir / run_files.HISTORY_FILE).read_text().splitlines()[1:]]
 
 
 def test_training_stops_at_the_first_check_that_meets_the_target(tmp_path, monkeypatch):
@@ -143,9 +137,9 @@ def test_training_stops_at_the_first_check_that_meets_the_target(tmp_path, monke
     assert metrics["checks"] == [[3, 0.0], [6, 0.5], [9, 0.99]]  # 0.99 meets the target 0.99
     assert (metrics["steps_to_learn"], metrics["steps"], metrics["budget"]) == (9, 9, 20)
     assert metrics["learned"] is True
-    assert json.loads((tmp_path / run_io.METRICS_FILE).read_text()) == metrics
+    assert json.loads((tmp_path / run_files.METRICS_FILE).read_text()) == metrics
     assert history_steps(tmp_path) == list(range(1, 10))  # nothing trained past the stop
-    state = torch.load(tmp_path / run_io.CHECKPOINT_FILE, weights_only=False)
+    state = torch.load(tmp_path / run_files.CHECKPOINT_FILE, weights_only=False)
     assert state["step"] == 9 and state["learned_at"] == 9 and state["checks"] == metrics["checks"]
     assert metrics["eval_length"] == 16 and metrics["n_sequences"] == 4  # the final test sample, as before
 
@@ -177,16 +171,16 @@ def test_resuming_a_learned_run_trains_no_further(tmp_path, monkeypatch):
     cfg, config = tiny_config(*overrides), tiny_dict(*overrides)
     first = train(cfg, tmp_path, config)
     assert (first["steps"], first["steps_to_learn"], first["learned"]) == (4, 4, True) and len(calls) == 2
-    checkpoint = (tmp_path / run_io.CHECKPOINT_FILE).read_bytes()
+    checkpoint = (tmp_path / run_files.CHECKPOINT_FILE).read_bytes()
     assert train(cfg, tmp_path, config) == first  # finished: its metrics, nothing run
-    assert len(calls) == 2 and (tmp_path / run_io.CHECKPOINT_FILE).read_bytes() == checkpoint
+    assert len(calls) == 2 and (tmp_path / run_files.CHECKPOINT_FILE).read_bytes() == checkpoint
     # killed after its last checkpoint but before metrics.json: resuming evaluates, it does not train
-    (tmp_path / run_io.METRICS_FILE).unlink()
+    (tmp_path / run_files.METRICS_FILE).unlink()
     again = train(cfg, tmp_path, config)
     assert len(calls) == 2  # no further check: nothing was trained
     drop = lambda m: {k: v for k, v in m.items() if k != "train_seconds"}  # noqa: E731
     assert drop(again) == drop(first)
-    state = torch.load(tmp_path / run_io.CHECKPOINT_FILE, weights_only=False)
+    state = torch.load(tmp_path / run_files.CHECKPOINT_FILE, weights_only=False)
     before = torch.load(io.BytesIO(checkpoint), weights_only=False)
     assert state["step"] == 4 and all(torch.equal(state["model"][k], before["model"][k]) for k in state["model"])
     assert history_steps(tmp_path)[-1] == 4

@@ -23,8 +23,7 @@ from posenc.encoders.bias import ALiBi
 from posenc.encoders.learned_bias import FIRE, KerpleLog, T5Bias
 from posenc.encoders.randomized import Randomized
 from posenc.encoders.rotary import RoPE, RoPENTK, RoPEPartial, RotaryEncoder, XPos
-from posenc.errors import ConfigError
-from posenc.options import check_options
+from posenc.registry import Registry
 
 __all__ = [
     "ENCODERS", "AttentionShape", "PositionalEncoder", "RotaryEncoder", "build_encoder", "check_encoder_name",
@@ -33,7 +32,7 @@ __all__ = [
 ]  # fmt: skip
 
 #: The registry: key -> encoder class. ``conf/encoder/<key>.yaml`` exists for every key.
-ENCODERS: dict[str, type[PositionalEncoder]] = {
+ENCODERS: Registry[PositionalEncoder] = Registry("encoder", {
     "nope": NoPE,
     "sinusoidal": Sinusoidal,
     "learned": Learned,
@@ -46,18 +45,14 @@ ENCODERS: dict[str, type[PositionalEncoder]] = {
     "kerple": KerpleLog,
     "fire": FIRE,
     "randomized": Randomized,
-}
+})
 
 
-def check_encoder_name(name: str) -> None:
-    if name not in ENCODERS:
-        raise ConfigError(f"unknown encoder '{name}'; known encoders: {', '.join(ENCODERS)}")
+check_encoder_name = ENCODERS.check
 
 
 def build_encoder(
     name: str, shape: AttentionShape, train_length: int, options: dict[str, Any] | None = None
 ) -> PositionalEncoder:
     """Build encoder ``name``; unknown names, unknown options and bad values raise :class:`ConfigError`."""
-    check_encoder_name(name)
-    cls = ENCODERS[name]
-    return cls(shape, train_length, **check_options("encoder", name, cls, options or {}))
+    return ENCODERS.build(name, shape, train_length, options=options)

@@ -11,6 +11,11 @@ from torch import Tensor, nn
 MAX_LENGTH = 1 << 20  # longest sequence posenc accepts anywhere: beyond it nothing fits in memory
 
 
+def as_is(tensor: Tensor) -> Tensor:
+    """The default ``capture`` of :meth:`PositionalEncoder.score_mod`: the tensor itself."""
+    return tensor
+
+
 @dataclass(frozen=True)
 class AttentionShape:
     """The model dimensions an encoder needs to know."""
@@ -69,11 +74,16 @@ class PositionalEncoder(nn.Module):
         """Additive score bias ``[n_h, s_q, s_k]`` (only called when ``has_score_bias``)."""
         raise NotImplementedError
 
-    def score_mod(self) -> Callable[..., Tensor] | None:
+    def score_mod(self, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor] | None:
         """``score_bias`` as a FlexAttention ``score_mod(score, b, h, q_idx, kv_idx)``, or None if not given.
 
         Used for the model's positions ``0..s-1``, so ``q_idx``/``kv_idx`` are the positions themselves (no
         gather inside the kernel: ~12% faster). Must agree with ``score_bias`` (tests check it).
+
+        Args:
+            capture: applied to every tensor the score_mod closes over (parameters, buffers). The attention
+                backend chooses it (:meth:`posenc.attention.CausalAttention.score_mod`): whether captured
+                parameters stay attached to autograd is a rule of the backend, not of the encoder.
         """
         return None
 

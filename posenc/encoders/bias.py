@@ -7,7 +7,7 @@ from collections.abc import Callable
 from torch import Tensor
 
 from posenc import functional as F
-from posenc.encoders.base import AttentionShape, PositionalEncoder
+from posenc.encoders.base import AttentionShape, PositionalEncoder, as_is
 
 
 class ALiBi(PositionalEncoder):
@@ -23,8 +23,8 @@ class ALiBi(PositionalEncoder):
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         return F.alibi_bias(self.slopes, q_positions, k_positions)  # [n_h, s_q, s_k]
 
-    def score_mod(self) -> Callable[..., Tensor]:
-        slopes = self.slopes
+    def score_mod(self, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
+        slopes = capture(self.slopes)
 
         def alibi(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             return score - slopes[h] * (q_idx - kv_idx).to(score.dtype)

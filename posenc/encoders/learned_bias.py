@@ -15,18 +15,8 @@ import torch
 from torch import Tensor, nn
 
 from posenc import functional as F
-from posenc.encoders.base import AttentionShape, PositionalEncoder
+from posenc.encoders.base import AttentionShape, PositionalEncoder, as_is
 from posenc.errors import ConfigError
-
-
-def _captured(param: Tensor) -> Tensor:
-    """``param`` as a FlexAttention ``score_mod`` captures it: attached to autograd only where that can work.
-
-    FlexAttention has no backward on CPU, and compiling a CPU kernel whose captured tensors require grad
-    fails even when nothing needs a gradient; on CPU, or with autograd off, the score_mod gets a detached
-    view (same values). On GPU in a training step the parameter stays attached, so it trains through flex.
-    """
-    return param if torch.is_grad_enabled() and param.device.type != "cpu" else param.detach()
 
 
 class T5Bias(PositionalEncoder):
@@ -65,8 +55,8 @@ class T5Bias(PositionalEncoder):
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         return F.t5_bias(self.table, q_positions, k_positions, self.max_distance)  # [n_h, s_q, s_k]
 
-    def score_mod(self) -> Callable[..., Tensor]:
-        table, num_buckets, max_distance = _captured(self.table), self.num_buckets, self.max_distance
+    def score_mod(self, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
+        table, num_buckets, max_distance = capture(self.table), self.num_buckets, self.max_distance
 
         def t5(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             bucket = F.t5_relative_bucket(kv_idx - q_idx, num_buckets, max_distance)
@@ -110,8 +100,8 @@ class KerpleLog(PositionalEncoder):
         r1, r2 = self.positive_parameters()
         return F.kerple_log_bias(r1, r2, q_positions, k_positions)  # [n_h, s_q, s_k]
 
-    def score_mod(self) -> Callable[..., Tensor]:
-        r1, r2 = map(_captured, self.positive_parameters())
+    def score_mod(self, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
+        r1, r2 = map(capture, self.positive_parameters())
 
         def kerple_log(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             distance = (q_idx - kv_idx).abs().to(r1.dtype)

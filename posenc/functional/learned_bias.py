@@ -1,4 +1,4 @@
-"""Learned attention-score biases (T5, KERPLE, FIRE) and randomized position sampling.
+"""Learned attention-score biases: T5, KERPLE, FIRE.
 
 Every bias function returns ``[n_h, s_q, s_k]`` for query positions ``i`` (``[s_q]``) and key positions
 ``j`` (``[s_k]``), in the dtype of its parameters, and is differentiable in them. Entries with ``j > i``
@@ -22,7 +22,6 @@ __all__ = [
     "fire_mlp_pieces",
     "fire_mlp_piecewise",
     "fire_bias",
-    "randomized_positions",
 ]
 
 
@@ -244,31 +243,3 @@ def fire_bias(
     """
     x = fire_normalized_distance(q_positions, k_positions, c, threshold, eps)  # [s_q, s_k]
     return fire_mlp_piecewise(x, fire_mlp_pieces(w1, b1, w2, b2))
-
-
-def randomized_positions(
-    length: int,
-    max_position: int,
-    generator: torch.Generator | None = None,
-    device: torch.device | str | None = None,
-) -> Tensor:
-    """A sorted random subset of ``range(max_position)`` of size ``length``, drawn without replacement.
-
-    The position sampling of randomized positional encodings (Ruoss et al. 2023, "Randomized Positional
-    Encodings Boost Length Generalization of Transformers", §3; their reference code,
-    google-deepmind/randomized_positional_encodings, ``noisy_fixed_positional_encodings``: ``choice`` over
-    ``arange(noise_max_length)`` with ``replace=False``, then ``sort``).
-
-    Args:
-        length: number of positions, ``0 <= length <= max_position``.
-        max_position: size of the range sampled from.
-        generator: torch random generator (None: torch's global one).
-        device: device of the result.
-
-    Returns:
-        ``[length]`` strictly increasing ``int64`` positions in ``[0, max_position)``.
-    """
-    if not 0 <= length <= max_position:
-        raise ValueError(f"randomized_positions: need 0 <= length <= max_position={max_position}: {length}")
-    perm = torch.randperm(max_position, generator=generator)  # on CPU: the same draw on every device
-    return perm[:length].sort().values.to(device)

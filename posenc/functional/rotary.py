@@ -15,6 +15,8 @@ __all__ = [
     "xpos_zeta",
     "apply_xpos",
     "xpos_rotations",
+    "roformer_bound",
+    "relative_bound",
 ]
 
 
@@ -204,3 +206,38 @@ def xpos_rotations(
     scale = zeta[None, :] ** power[:, None]  # [s, h_d/2]
     rotation = rope_rotation(positions, inv_freq, torch.complex128)
     return (rotation * scale).to(dtype), (rotation / scale).to(dtype)
+
+
+def roformer_bound(distances: Tensor, inv_freq: Tensor) -> Tensor:
+    """RoFormer's relative upper bound of RoPE's score at each relative distance (Su et al. 2021, §3.4.3).
+
+    With pair products ``h_j = q_[2j:2j+2] . conj(k_[2j:2j+2])`` and Abel summation, RoFormer writes
+
+        |sum_{j=0}^{D/2-1} h_j e^{i(m-n)theta_j}| = |sum_{j=0}^{D/2-1} (h_{j+1} - h_j) S_{j+1}|
+                                                 <= (max_i |h_{i+1} - h_i|) sum_{j=1}^{D/2} |S_j|,
+        S_j = sum_{k=0}^{j-1} e^{i(m-n)theta_k},
+
+    and plots the relative upper bound ``(1/(D/2)) sum_{j=1}^{D/2} |S_j|`` (their Fig. 2), which decays with
+    ``m - n``. At distance 0, ``S_j = j`` and the bound is ``(D/2 + 1)/2``.
+
+    Args:
+        distances: ``[n]`` relative distances ``m - n`` (integer or floating point).
+        inv_freq: ``[D/2]`` inverse frequencies ``theta_j`` (any: plain, NTK, YaRN, ...).
+
+    Returns:
+        ``[n]`` float64 bound.
+    """
+    angles = torch.outer(distances.to(torch.float64), inv_freq.to(torch.float64))  # [n, D/2]
+    return relative_bound(torch.polar(torch.ones_like(angles), angles))
+
+
+def relative_bound(factors: Tensor) -> Tensor:
+    """``(1/(D/2)) sum_j |S_j|``, ``S_j = sum_{k<j} factors[..., k]``: :func:`roformer_bound` for any factors.
+
+    Args:
+        factors: ``[..., D/2]`` complex factor on each pair's product ``q . conj(k)`` (``e^{i d theta_k}``).
+
+    Returns:
+        ``[...]`` real bound.
+    """
+    return torch.cumsum(factors, dim=-1).abs().mean(dim=-1)

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posenc.errors import ConfigError
-from posenc.options import check_options
+from posenc.registry import Registry
 from posenc.tasks.base import BOS, SEP, Batch, Task
 from posenc.tasks.lm import LanguageModelling
 from posenc.tasks.passkey import Passkey
@@ -27,13 +26,13 @@ __all__ = [
 ]  # fmt: skip
 
 #: The registry: key -> task class. ``conf/task/<key>.yaml`` exists for every key.
-TASKS: dict[str, type[Task]] = {
+TASKS: Registry[Task] = Registry("task", {
     "copy": Copy,
     "retrieval": Retrieval,
     "reverse": Reverse,
     "passkey": Passkey,
     "lm": LanguageModelling,
-}
+})
 
 
 def has_mastery_criterion(name: str | None) -> bool:
@@ -42,13 +41,9 @@ def has_mastery_criterion(name: str | None) -> bool:
     return name not in TASKS or TASKS[name].report_metrics[0] == "exact_match"
 
 
-def check_task_name(name: str) -> None:
-    if name not in TASKS:
-        raise ConfigError(f"unknown task '{name}'; known tasks: {', '.join(TASKS)}")
+check_task_name = TASKS.check
 
 
 def build_task(name: str, options: dict[str, Any] | None = None) -> Task:
     """Build task ``name``; unknown names or options raise :class:`ConfigError`."""
-    check_task_name(name)
-    cls = TASKS[name]
-    return cls(**check_options("task", name, cls, options or {}))
+    return TASKS.build(name, options=options)

@@ -61,6 +61,7 @@ class Corpus:
 
 
 _CORPORA: dict[tuple[str, str, int, float], Corpus] = {}  # loaded once per process
+MAX_CACHED_CORPORA = 4  # corpora kept in memory per process (each up to max_bytes)
 
 
 def _hash_parts(relative: str) -> tuple[int, float]:
@@ -131,6 +132,8 @@ def load_corpus(corpus: str, pattern: str, max_bytes: int, eval_fraction: float)
         eval=torch.frombuffer(bytearray(eval_bytes), dtype=torch.uint8),
         sha256=digest[:12], stdlib=stdlib,
     )  # fmt: skip
+    if len(_CORPORA) >= MAX_CACHED_CORPORA:  # bounded: a long-lived process may read many corpora
+        _CORPORA.pop(next(iter(_CORPORA)))
     _CORPORA[cache_key] = loaded
     return loaded
 

@@ -7,7 +7,7 @@ import torch
 from conftest import learned_run
 
 from posenc import functional as F
-from posenc import io as run_io
+from posenc import runs as run_dirs
 from posenc.encoders import ENCODERS, AttentionShape, Randomized, build_encoder
 from posenc.errors import ConfigError, PositionRangeError
 from posenc.model import ModelConfig, Transformer
@@ -108,7 +108,7 @@ def test_full_tiny_training_run_then_evaluation_with_a_nan_row_past_max_position
     overrides = ("encoder=randomized", "encoder.base=rope", "encoder.max_position=32")
     metrics = learned_run(tmp_path, *overrides)  # learned: evaluated past its training length
     assert 0 <= metrics["token_accuracy"] <= 1
-    _, _, model = run_io.load_run(tmp_path)
+    _, _, model = run_dirs.load_run(tmp_path)
     assert isinstance(model.encoder, Randomized) and model.encoder.max_position == 32
     results, skipped = extrapolate([tmp_path], [16, 32, 64], sequences=4, device="cpu", progress=False)
     assert not skipped

@@ -217,3 +217,14 @@ def test_evaluate_detailed_scores_the_held_out_text_once_per_length(long_text):
         assert int(detail.positions["total"].sum()) == 8192  # the same 8192 bytes at both lengths
         held_out = evaluate_detailed(model, task.for_evaluation(), length, n, batch_tokens=1000)
         assert np.array_equal(detail.per_sequence["loss"], held_out.per_sequence["loss"])  # held-out text
+
+
+def test_corpus_cache_is_bounded_and_reuses_what_it_holds(corpus):
+    from posenc.tasks import lm
+
+    first = lm.load_corpus(str(corpus), "*.txt", 1000, 0.1)
+    assert lm.load_corpus(str(corpus), "*.txt", 1000, 0.1) is first  # read once
+    for max_bytes in range(2000, 2000 + 2 * lm.MAX_CACHED_CORPORA):
+        lm.load_corpus(str(corpus), "*.txt", max_bytes, 0.1)
+    assert len(lm._CORPORA) <= lm.MAX_CACHED_CORPORA
+    assert lm.load_corpus(str(corpus), "*.txt", 1000, 0.1) is not first  # the oldest was let go

@@ -1,9 +1,10 @@
-"""Finding run directories (posenc/io.py)."""
+"""Finding run directories (posenc/runs.py)."""
 
 import pytest
 
 from posenc.errors import PosencError
-from posenc.io import CHECKPOINT_FILE, find_runs
+from posenc.files import CHECKPOINT_FILE
+from posenc.runs import find_runs
 
 
 def test_runs_nested_in_a_run_folder_are_found_with_it(tmp_path):

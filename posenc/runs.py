@@ -12,11 +12,7 @@ import torch
 
 from posenc.config import RunConfig, run_config_from_dict
 from posenc.errors import PosencError
-
-from posenc.files import (  # noqa: F401  (run-file names and writers, re-exported for callers)
-    CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE, OVERRIDES_FILE, atomic_write,
-    atomic_write_text, dump_yaml, write_json,
-)
+from posenc.files import CHECKPOINT_FILE
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
