@@ -142,6 +142,11 @@ def compare(
     device: DeviceOption = "auto",
     rope_scaling: ScalingOption = "none",
     rope_factor: FactorOption = None,
+    choose: Annotated[
+        Optional[str],
+        typer.Option(help="A config key (e.g. train.lr): among runs that differ only in it, compare the value "
+                          "whose seeds learned best at the training length (written to choices.md)."),
+    ] = None,
 ) -> None:
     """Aggregate runs across seeds (only runs of one configuration are pooled): mean and 95% interval per
     encoder, task and length; tables, figures, report.md with literature checks.
@@ -153,6 +158,7 @@ def compare(
     from posenc.folders import check_destination
     from posenc.pipeline import compare_into
     from posenc.runs import find_runs
+    from posenc.selection import choose_runs
     from posenc.store import read_results, run_identity
 
     try:
@@ -162,6 +168,9 @@ def compare(
         scalings = parse_scalings(rope_scaling, rope_factor)
         _check_eval_options(sequences, device)
         found = find_runs(runs or _default_runs())
+        choices = None
+        if choose is not None:
+            found, choices = choose_runs(found, [run_config(run) for run in found], choose)
         check_destination(out)
         previous = read_results(out)  # read before the long work: a bad --out fails early
         done = frozenset() if previous is None else previous.done()
@@ -169,7 +178,7 @@ def compare(
                                          scalings=scalings, done=done, allow_empty=previous is not None)
         console.print(f"{len(new.evaluations)} new evaluations", highlight=False)
         run_ids = {run_identity(run_config(run)).run_id for run in found}
-        comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"))
+        comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), choices)
     except PosencError as err:
         fail(str(err))
     except OSError as err:

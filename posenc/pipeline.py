@@ -17,6 +17,7 @@ from posenc.folders import moved, updating
 from posenc.compare import TABLE_STEM, aggregate, variants
 from posenc.errors import PosencError
 from posenc.report import render
+from posenc.selection import CHOICES_STEM
 from posenc.store import Results, merge, read_results, write_results
 from posenc.tables import read_table, write_tables
 from posenc.views import summary_markdown
@@ -38,22 +39,29 @@ def select(results: Results, run_ids: set[str], lengths: list[int] | None) -> Re
                    results.positions.merge(pick, on=keys))
 
 
-def _write(out: Path, chosen: Results, command: str) -> tuple[pd.DataFrame, list[Path], dict]:
+def _write(out: Path, chosen: Results, command: str, choices: pd.DataFrame | None
+           ) -> tuple[pd.DataFrame, list[Path], dict]:
     comparison = aggregate(chosen)
     paths = write_tables(comparison, out, TABLE_STEM)
-    text, figures = render(chosen, comparison, out, command)
+    text, figures = render(chosen, comparison, out, command, choices)
     run_files.atomic_write_text(out / REPORT, text)
     return comparison, paths, figures
 
 
 def compare_into(
-    out: Path, new: Results, run_ids: set[str], lengths: list[int] | None, command: str
+    out: Path, new: Results, run_ids: set[str], lengths: list[int] | None, command: str,
+    choices: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, list[Path], dict]:
-    """Merge ``new`` into ``out``'s store, then aggregate ``run_ids`` and write tables, figures, report."""
+    """Merge ``new`` into ``out``'s store, then aggregate ``run_ids`` and write tables, figures, report;
+    ``choices``: how the runs were chosen among candidates (``--choose``), written beside them."""
     with updating(out) as stage:  # a parallel command into the same folder merges, never overwrites
         merged = merge(read_results(out), new)
         paths = write_results(stage, merged, summary=summary_markdown(merged.evaluations))
-        comparison, more, figures = _write(stage, select(merged, run_ids, lengths), command)
+        for stale in stage.glob(f"{CHOICES_STEM}.*"):  # from an earlier --choose: not this comparison's
+            stale.unlink()
+        if choices is not None:
+            paths += write_tables(choices, stage, CHOICES_STEM)
+        comparison, more, figures = _write(stage, select(merged, run_ids, lengths), command, choices)
     return comparison, moved(paths + more, stage, out), _moved_figures(figures, stage, out)
 
 
@@ -75,5 +83,6 @@ def regenerate(out: Path, command: str) -> tuple[pd.DataFrame, list[Path], dict]
                               "run `posenc compare --out` there first")
         run_ids = {r for cell in previous["run_ids"].dropna() for r in str(cell).split(",") if r}
         lengths = sorted(int(n) for n in previous["eval_length"].unique())
-        comparison, paths, figures = _write(stage, select(results, run_ids, lengths), command)
+        choices = read_table(out, CHOICES_STEM)
+        comparison, paths, figures = _write(stage, select(results, run_ids, lengths), command, choices)
     return comparison, moved(paths, stage, out), _moved_figures(figures, stage, out)

@@ -17,6 +17,7 @@ from posenc.claims import Side, check, claims_for
 from posenc.compare import NO_SCALING, labels, pivot, report_metrics, steps_table, with_depth_means
 from posenc.evidence import TableEvidence
 from posenc.plots import plot_all, plot_positions, plot_steps
+from posenc.selection import choices_markdown
 from posenc.stats import paired_difference
 from posenc.store import Results
 
@@ -97,13 +98,16 @@ def paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str, m
     return pd.DataFrame(rows) if rows else None
 
 
-def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: str) -> tuple[str, dict]:
+def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: str,
+           choices: pd.DataFrame | None = None) -> tuple[str, dict]:
     """Draw every figure into ``out_dir`` and return ``report.md``'s text and the figures.
 
     Args:
         results: the evaluations compared (with ``variant``; see :func:`posenc.compare.variants`).
         comparison: :func:`posenc.compare.aggregate` of them.
         command: the command that made it, named in the report.
+        choices: :func:`posenc.selection.choose_runs`'s table when the runs compared were chosen among
+            candidates (``--choose``), else None.
     """
     figures = _figures(results, comparison, out_dir)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -112,6 +116,12 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
     parts = ["# posenc comparison\n",
              f"{GENERATED} on {when} by `{command}`.\n",
              f"{n_runs} runs (seeds {', '.join(seeds)}). {METHOD}\n"]
+    if choices is not None and (section := choices_markdown(choices)):
+        key = choices["key"].iloc[0]
+        parts.append(f"## Runs compared: `{key}` chosen per configuration\n\n"
+                     f"Where runs differ only in `{key}`, the value compared is the one whose seeds learned best "
+                     "at the training length (most seeds learned, then fewest mean steps-to-learn; "
+                     "`posenc.selection`): nothing past the training length is looked at.\n\n" + section + "\n")
     trained = comparison[comparison["scaling"] == NO_SCALING]
     scaled_encoders = set(comparison.loc[comparison["scaling"] != NO_SCALING, "encoder"])
     steps = steps_table(comparison)

@@ -63,6 +63,7 @@ CASES = [
     ("zero rope factor", ["extrapolate", "--runs", "{run}", "--rope-scaling", "yarn", "--rope-factor", "0",
                           "--out", "{out}"]),
     ("unknown rope scaling to compare", ["compare", "--runs", "{run}", "--rope-scaling", "ntk2", "--out", "{out}"]),
+    ("compare choosing by a key no run has", ["compare", "--runs", "{run}", "--choose", "train.nosuch", "--out", "{out}"]),
     ("unknown encoder option: fraction", ["train", "encoder=rope", "+encoder.fraction=0.5"]),
     ("rope_partial fraction out of range", ["train", "encoder=rope_partial", "encoder.fraction=1.5"]),
     ("passkey depth out of range", ["train", "task=passkey", "task.depth=2.0"]),

@@ -15,6 +15,7 @@ from fake_results import fake_run, results_of
 
 from posenc.compare import aggregate, cell, labels, pivot, steps_table, variants, with_depth_means
 from posenc.extrapolate import doubling_lengths
+from posenc.report import same_report
 from posenc.stats import Z95, group_estimate
 
 
@@ -249,6 +250,23 @@ def test_compare_pools_nothing_across_configurations_end_to_end(trained_runs: Pa
     assert sorted(rope["variant"]) == ["train.steps=4", "train.steps=6"] and (rope["n_seeds"] == 1).all()
     report = (out / "report.md").read_text()
     assert "rope [train.steps=4]" in report and "rope [train.steps=6]" in report
+
+    # --choose: the two budgets are candidates of one configuration; both learned, so one of them (fewer
+    # steps to learn, then the value sorting first) is compared, and the learned encoder has no choice.
+    chosen = tmp_path / "chosen"
+    result = posenc_cli("compare", "--runs", str(runs), "--lengths", "16", "--sequences", "4", "--out",
+                        str(chosen), "--choose", "train.steps", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rope = pd.read_parquet(chosen / "comparison.parquet").query("encoder == 'rope'")
+    assert list(rope["variant"]) == [""] and (pd.read_parquet(chosen / "choices.parquet")["chosen"].sum() == 2)
+    report = (chosen / "report.md").read_text()
+    assert "## Runs compared: `train.steps` chosen per configuration" in report
+    regenerated = posenc_cli("report", str(chosen), cwd=tmp_path)
+    assert regenerated.returncode == 0 and same_report(report, (chosen / "report.md").read_text())
+    again = posenc_cli("compare", "--runs", str(runs), "--lengths", "16", "--sequences", "4", "--out", str(chosen),
+                       cwd=tmp_path)  # without --choose: the old choice is not this comparison's
+    assert again.returncode == 0 and not list(chosen.glob("choices.*"))
+    assert "Runs compared" not in (chosen / "report.md").read_text()
 
 
 def test_compare_with_rope_scaling_passkey_depths_and_lm_perplexity(tmp_path):

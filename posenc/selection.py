@@ -1,0 +1,142 @@
+"""Choosing among runs that differ in one setting (e.g. the learning rate), on in-distribution data only.
+
+A comparison at mastery needs each encoder trained well, and one learning rate rarely suits every encoder
+(issue 12: lr "chosen per encoder from a small grid on in-distribution data only"). ``posenc compare
+--choose train.lr`` groups the runs whose configurations differ only in that key (and their seed): each
+group is one configuration of the comparison, each value of the key a *candidate*. The candidate compared
+is the one whose seeds learned best at the training length:
+
+1. the most seeds that met the mastery criterion (held-out checks at the training length);
+2. then the fewest mean steps-to-learn over those seeds;
+3. then the value that sorts first (a deterministic tie-break).
+
+Nothing past the training length is looked at, so the choice cannot favour extrapolation. The candidates,
+their scores and the choice are a table (``choices.*`` in the comparison folder, and a report section).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from posenc import files as run_files
+from posenc.errors import PosencError
+from posenc.store import _flatten, run_identity
+
+CHOICES_STEM = "choices"
+COLUMNS = ["task", "encoder", "key", "value", "seeds", "n_learned", "n_trained", "steps_to_learn", "chosen"]
+
+
+def _candidate_rows(runs: list[Path], key: str, configs: list[dict]) -> pd.DataFrame:
+    from posenc.tasks import has_mastery_criterion  # here: the report imports this module without torch
+
+    rows = []
+    for run, config in zip(runs, configs):
+        flat = _flatten(config)
+        metrics_path = run / run_files.METRICS_FILE
+        try:
+            metrics = json.loads(metrics_path.read_text())
+        except (OSError, ValueError) as err:
+            raise PosencError(f"{run} is unfinished (no readable {run_files.METRICS_FILE}); finish training "
+                              "first: --choose compares finished runs") from err
+        task = (config.get("task") or {}).get("name")
+        learned = run_files.learned_from_metrics(metrics, has_mastery_criterion(task))
+        steps = metrics.get("steps_to_learn")
+        rows.append({
+            "run": run, "group": run_identity(_without(config, key)).config_id, "task": task,
+            "encoder": (config.get("encoder") or {}).get("name"), "value": flat.get(key), "seed": config.get("seed"),
+            "learned": learned, "steps_to_learn": float(steps) if learned and steps is not None else math.nan,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _without(config: dict, key: str) -> dict:
+    """``config`` with dotted ``key`` removed (a copy): what candidates of one configuration share."""
+    head, _, rest = key.partition(".")
+    if head not in config:
+        return config
+    out = dict(config)
+    if rest and isinstance(config[head], dict):
+        out[head] = _without(config[head], rest)
+    elif not rest:
+        del out[head]
+    return out
+
+
+def choose_runs(runs: list[Path], configs: list[dict], key: str) -> tuple[list[Path], pd.DataFrame]:
+    """The runs of the chosen candidate of each configuration, and the table of every candidate.
+
+    Args:
+        runs: finished run directories.
+        configs: their resolved ``config.yaml`` mappings, in the same order.
+        key: dotted config key the candidates differ in, e.g. ``train.lr``.
+
+    Returns:
+        ``(chosen runs, table)``; the table has a row per (configuration, value of ``key``): :data:`COLUMNS`.
+
+    Raises:
+        PosencError: ``key`` is in no run's config, or a run is unfinished.
+    """
+    if not any(key in _flatten(c) for c in configs):
+        raise PosencError(f"--choose {key}: no run's config has the key {key!r} (e.g. train.lr)")
+    runs_table = _candidate_rows(runs, key, configs)
+    candidates = (
+        runs_table.assign(value_text=runs_table["value"].map(lambda v: json.dumps(v, default=str)))
+        .groupby(["group", "value_text"], sort=False)
+        .agg(task=("task", "first"), encoder=("encoder", "first"), value=("value", "first"),
+             seeds=("seed", lambda s: ",".join(str(x) for x in sorted(s))), n_learned=("learned", "sum"),
+             n_trained=("learned", "size"), steps_to_learn=("steps_to_learn", "mean"))
+        .reset_index()
+    )  # fmt: skip
+    steps = candidates["steps_to_learn"].fillna(math.inf)
+    order = candidates.assign(_steps=steps).sort_values(["group", "n_learned", "_steps", "value_text"],
+                                                        ascending=[True, False, True, True])
+    winners = order.groupby("group", sort=False).head(1).index
+    candidates["chosen"] = candidates.index.isin(winners)
+    chosen = set(zip(candidates.loc[winners, "group"], candidates.loc[winners, "value_text"]))
+    value_texts = runs_table["value"].map(lambda v: json.dumps(v, default=str))
+    keep = [run for run, g, v in zip(runs_table["run"], runs_table["group"], value_texts) if (g, v) in chosen]
+    table = candidates.assign(key=key, n_learned=candidates["n_learned"].astype(int))
+    table = table.sort_values(["task", "encoder", "value_text"], ignore_index=True)[COLUMNS]
+    table["value"] = table["value"].map(str)  # one column type, whatever the key holds
+    return keep, table
+
+
+def choices_markdown(table: pd.DataFrame) -> str:
+    """The report's view: configurations with more than one candidate, each candidate a row."""
+    groups = table.groupby(["task", "encoder"])["value"].transform("size")
+    shown = table[groups > 1]
+    if shown.empty:
+        return ""
+    key = shown["key"].iloc[0]
+    view = pd.DataFrame({
+        "task": shown["task"], "encoder": shown["encoder"], key: shown["value"],
+        "seeds learned": [f"{a}/{b}" for a, b in zip(shown["n_learned"], shown["n_trained"])],
+        "steps to learn": [f"{v:.0f}" if v == v else "—" for v in shown["steps_to_learn"]],
+        "compared": ["✓" if c else "" for c in shown["chosen"]],
+    })  # fmt: skip
+    return view.to_markdown(index=False, disable_numparse=True)
+
+
+def missed_configurations(runs: list[Path], configs: list[dict], key: str, value: object) -> dict[str, list[str]]:
+    """Task -> encoders (in registry order of appearance) with a run at ``key == value`` that did not learn:
+    the configurations a fallback grid trains again at its next value (scripts/retry_not_learned.py)."""
+    from posenc.tasks import has_mastery_criterion
+
+    missed: dict[str, list[str]] = {}
+    for run, config in zip(runs, configs):
+        if _flatten(config).get(key) != value:
+            continue
+        try:
+            metrics = json.loads((run / run_files.METRICS_FILE).read_text())
+        except (OSError, ValueError) as err:
+            raise PosencError(f"{run} is unfinished (no readable {run_files.METRICS_FILE})") from err
+        task, encoder = (config.get("task") or {}).get("name"), (config.get("encoder") or {}).get("name")
+        if not run_files.learned_from_metrics(metrics, has_mastery_criterion(task)):
+            encoders = missed.setdefault(task, [])
+            if encoder not in encoders:
+                encoders.append(encoder)
+    return missed

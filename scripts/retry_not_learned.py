@@ -1,0 +1,39 @@
+"""Print the Hydra overrides that train again, at a fallback learning rate, every configuration of a sweep
+where a seed missed the mastery criterion: one line per task, e.g. ``task=copy encoder=nope,alibi``.
+
+    python scripts/retry_not_learned.py results/multirun/headline --lr 0.003
+
+scripts/headline.sh runs each line with ``seed=0,1,2 train.lr=<fallback>``; `posenc compare --choose train.lr`
+then compares, per configuration, the learning rate whose seeds learned best (posenc/selection.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from posenc.errors import PosencError
+from posenc.extrapolate import run_config
+from posenc.runs import find_runs
+from posenc.selection import missed_configurations
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep", type=Path, help="a sweep folder (or any folder of runs)")
+    parser.add_argument("--lr", type=float, required=True, help="the learning rate the sweep trained at")
+    args = parser.parse_args(argv)
+    try:
+        runs = find_runs([args.sweep])
+        missed = missed_configurations(runs, [run_config(r) for r in runs], "train.lr", args.lr)
+    except PosencError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for task, encoders in missed.items():
+        print(f"task={task} encoder={','.join(encoders)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

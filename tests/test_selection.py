@@ -1,0 +1,122 @@
+"""Choosing among runs that differ in one key on in-distribution data (posenc/selection.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from fake_results import config_of
+
+from posenc.errors import PosencError
+from posenc.report import render
+from posenc.selection import choices_markdown, choose_runs
+
+
+def _runs(tmp_path, specs):
+    """Run folders with config.yaml-like mappings and metrics.json; specs: (encoder, lr, seed, steps or None)."""
+    runs, configs = [], []
+    for encoder, lr, seed, steps in specs:
+        run = tmp_path / f"{encoder}-{lr}-{seed}"
+        run.mkdir()
+        metrics = {"checks": [[100, 0.5]], "steps_to_learn": steps, "exact_match": 1.0 if steps else 0.1}
+        (run / "metrics.json").write_text(json.dumps(metrics))
+        runs.append(run)
+        configs.append(config_of(encoder, seed=seed, lr=lr))
+    return runs, configs
+
+
+def test_most_seeds_learned_wins_then_fewest_steps(tmp_path):
+    runs, configs = _runs(tmp_path, [
+        # nope: 3e-3 is faster where it learns but loses a seed; 1e-3 learns all three
+        ("nope", 0.003, 0, 200), ("nope", 0.003, 1, 300), ("nope", 0.003, 2, None),
+        ("nope", 0.001, 0, 900), ("nope", 0.001, 1, 800), ("nope", 0.001, 2, 1000),
+        # rope: both learn every seed; 1e-3 needs fewer steps
+        ("rope", 0.003, 0, 500), ("rope", 0.003, 1, 500), ("rope", 0.001, 0, 300), ("rope", 0.001, 1, 400),
+        # alibi: one candidate only
+        ("alibi", 0.003, 0, None),
+    ])  # fmt: skip
+    chosen, table = choose_runs(runs, configs, "train.lr")
+    assert sorted(r.name for r in chosen) == sorted(
+        ["nope-0.001-0", "nope-0.001-1", "nope-0.001-2", "rope-0.001-0", "rope-0.001-1", "alibi-0.003-0"])
+    row = table.set_index(["encoder", "value"])
+    assert row.loc[("nope", "0.003"), "n_learned"] == 2 and row.loc[("nope", "0.003"), "n_trained"] == 3
+    assert row.loc[("nope", "0.001"), "chosen"] and not row.loc[("nope", "0.003"), "chosen"]
+    assert row.loc[("rope", "0.001"), "steps_to_learn"] == 350 and row.loc[("rope", "0.001"), "chosen"]
+    assert row.loc[("alibi", "0.003"), "chosen"] and math.isnan(row.loc[("alibi", "0.003"), "steps_to_learn"])
+    view = choices_markdown(table)
+    assert "nope" in view and "rope" in view and "alibi" not in view  # only configurations with a choice
+    assert "2/3" in view and "3/3" in view
+
+
+def test_only_the_key_and_the_seed_may_differ_within_a_group(tmp_path):
+    runs, configs = _runs(tmp_path, [("rope", 0.003, 0, 100), ("rope", 0.001, 0, 200)])
+    configs[1]["train"]["steps"] = 999  # another budget: another configuration, not a candidate
+    chosen, table = choose_runs(runs, configs, "train.lr")
+    assert len(chosen) == 2 and table["chosen"].all()
+
+
+def test_ties_go_to_the_value_that_sorts_first(tmp_path):
+    runs, configs = _runs(tmp_path, [("rope", 0.003, 0, 100), ("rope", 0.001, 0, 100)])
+    chosen, _ = choose_runs(runs, configs, "train.lr")
+    assert [r.name for r in chosen] == ["rope-0.001-0"]
+
+
+def test_unknown_key_and_unfinished_runs_are_refused(tmp_path):
+    runs, configs = _runs(tmp_path, [("rope", 0.003, 0, 100)])
+    with pytest.raises(PosencError, match="--choose train.nosuch: no run's config has the key"):
+        choose_runs(runs, configs, "train.nosuch")
+    (runs[0] / "metrics.json").unlink()
+    with pytest.raises(PosencError, match="unfinished"):
+        choose_runs(runs, configs, "train.lr")
+
+
+def test_report_shows_the_choice(tmp_path):
+    from fake_results import fake_run, results_of
+
+    from posenc.compare import aggregate, variants
+
+    runs, configs = _runs(tmp_path, [("rope", 0.003, 0, 500), ("rope", 0.001, 0, 300)])
+    _, table = choose_runs(runs, configs, "train.lr")
+    results = results_of(fake_run("rope", {64: [1.0] * 8, 128: [0.0] * 8}))
+    results = type(results)(results.evaluations.assign(variant=variants(results.evaluations)),
+                            results.sequences, results.positions)
+    out = tmp_path / "out"
+    out.mkdir()
+    text, _ = render(results, aggregate(results), out, "posenc compare", table)
+    assert "## Runs compared: `train.lr` chosen per configuration" in text and "| rope" in text
+    plain, _ = render(results, aggregate(results), out, "posenc compare")
+    assert "Runs compared" not in plain
+
+
+def test_missed_configurations_are_those_with_a_seed_that_did_not_learn_at_that_value(tmp_path):
+    from posenc.selection import missed_configurations
+
+    runs, configs = _runs(tmp_path, [
+        ("nope", 0.003, 0, 200), ("nope", 0.003, 1, None), ("rope", 0.003, 0, 100), ("alibi", 0.003, 0, None),
+        ("rope", 0.001, 0, None),  # another value of the key: not this sweep's business
+    ])  # fmt: skip
+    configs[3]["task"]["name"] = "reverse"
+    assert missed_configurations(runs, configs, "train.lr", 0.003) == {"copy": ["nope"], "reverse": ["alibi"]}
+    assert missed_configurations(runs, configs, "train.lr", 0.001) == {"copy": ["rope"]}
+
+
+def test_retry_script_prints_one_override_line_per_task(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    runs, configs = _runs(tmp_path, [("nope", 0.003, 0, None), ("alibi", 0.003, 0, None), ("rope", 0.003, 0, 9)])
+    for run, config in zip(runs, configs):
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        (run / "checkpoint.pt").write_bytes(b"")  # what find_runs looks for
+    script = Path(__file__).parents[1] / "scripts" / "retry_not_learned.py"
+    result = subprocess.run([sys.executable, str(script), str(tmp_path), "--lr", "0.003"], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["task=copy encoder=alibi,nope"]  # find_runs sorts the folders
+    bad = subprocess.run([sys.executable, str(script), str(tmp_path / "none"), "--lr", "0.003"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: run directory not found")
