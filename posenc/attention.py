@@ -2,7 +2,9 @@
 :class:`CausalAttention` object and never needs to know which backend ran.
 
 - Encoders without a score bias: PyTorch's fused causal ``scaled_dot_product_attention``.
-- Encoders with a score bias (ALiBi, T5, KERPLE, FIRE): *query blocks* (the bias ``[n_h, block, keys]`` one
+- ALiBi-like biases ``-m_h (i - j)`` (``encoder.linear_bias_slopes()``) at inference on CPU: fused SDPA with
+  the bias carried exactly by two more query/key dimensions (:meth:`CausalAttention.linear_bias`).
+- Other encoders with a score bias (T5, KERPLE, FIRE; ALiBi when training or on GPU): *query blocks* (the bias ``[n_h, block, keys]`` one
   block of queries at a time: linear memory, any device), or compiled *FlexAttention* (Dong et al. 2024:
   the bias computed inside the kernel, block-sparse causal), chosen by length and by what runs here.
 
@@ -58,6 +60,7 @@ class CausalAttention:
         self.static_keys: set[tuple[object, int]] = set()  # (score_mod, length) with a specialized kernel
         self.masks: dict[tuple[int, str], object] = {}  # causal BlockMask per (length, device), at most 16
         self.broken: str | None = None  # why FlexAttention does not run here (set on its first failure)
+        self.linear_bias_exact: bool | None = None  # whether linear_bias is exact here (checked when first needed)
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
                  dropout_p: float = 0.0, kind: str = "auto") -> Tensor:
@@ -75,6 +78,12 @@ class CausalAttention:
         """
         if not encoder.has_score_bias:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+        slopes = encoder.linear_bias_slopes()
+        if (kind == "auto" and slopes is not None and q.device.type == "cpu" and dropout_p == 0.0
+                and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+            out = self.linear_bias(q, k, v, positions, slopes)  # inference only: training keeps query blocks
+            if out is not None:
+                return out
         seq = q.shape[-2]
         # FlexAttention has no backward on CPU: a CPU training step takes the query blocks (auto) instead of
         # failing there and marking flex broken for the evaluations that follow.
@@ -124,6 +133,63 @@ class CausalAttention:
             outputs.append(F.scaled_dot_product_attention(
                 q[..., start:end, :], k[..., :end, :], v[..., :end, :], attn_mask=bias, dropout_p=dropout_p))
         return torch.cat(outputs, dim=-2)
+
+    def linear_bias(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, slopes: Tensor) -> Tensor | None:
+        """Causal attention with ALiBi's bias ``-m_h (i - j)`` (Press et al. 2022) inside fused SDPA; None where
+        that is not exact here (then the caller takes another backend).
+
+        The bias is a dot product of two more dimensions: ``[1, -m_h i]`` on each query and ``[m_h j, 1]`` on
+        each key, put *first*. ``m_h i`` and ``m_h j`` are exact in fp32 when every slope is a power of two (ALiBi
+        with up to 8 heads, or any power-of-two count up to 8: ``alibi_slopes``) and positions are integers below
+        2**24; a kernel that sums a dot product in order then adds them first, and ``m_h j - m_h i`` is exact
+        (Sterbenz: both are multiples of ``m_h`` below 2**24 m_h), so the scores carry the bias with no rounding
+        of their own: the error is the reference's (scores ``q.k scale - m (i - j)`` in fp32), at any length.
+        The summation order is the kernel's; :meth:`_exact_linear_bias` checks it once per backend with keys at
+        positions near 2**20, where an inexact order would be off by ~1e-2. Queries are scaled by
+        ``h_d**-0.5`` beforehand and SDPA's own scale is 1, so the two added products stay exact too.
+
+        Args:
+            q, k, v: ``[b, n_h, s, h_d]``.
+            positions: ``[s]``, as given by ``encoder.sample_positions``; causality is by index.
+            slopes: ``[n_h]``.
+
+        Returns:
+            ``[b, n_h, s, h_d]``, or None.
+        """
+        exact_slopes = bool((torch.frexp(slopes.float()).mantissa == 0.5).all())  # powers of two
+        if not (exact_slopes and positions.numel() and int(positions.max()) < 2**24 and self._exact_linear_bias()):
+            return None
+        b, h, s, d = q.shape
+        bias = slopes.to(q.dtype).view(h, 1) * positions.to(q.dtype)  # m_h i, [n_h, s]
+        qx, kx, vx = (x.new_empty(b, h, s, d + 2) for x in (q, k, v))
+        qx[..., 0], qx[..., 1] = 1.0, -bias  # [1, -m i]
+        kx[..., 0], kx[..., 1] = bias, 1.0  # [m j, 1]
+        vx[..., :2] = 0.0  # fused kernels need one head size for q, k and v
+        torch.mul(q, d**-0.5, out=qx[..., 2:])
+        kx[..., 2:], vx[..., 2:] = k, v
+        return F.scaled_dot_product_attention(qx, kx, vx, is_causal=True, scale=1.0)[..., 2:]
+
+    def _exact_linear_bias(self) -> bool:
+        """Whether fused SDPA here sums the two leading dimensions first (see :meth:`linear_bias`); checked
+        once: 64 keys at positions near 2**20 with slope 1/2, against the float64 softmax."""
+        if self.linear_bias_exact is None:
+            gen = torch.Generator().manual_seed(0)
+            s, d = 64, 8
+            pos = torch.arange(2**20 - s, 2**20, dtype=torch.float32)
+            q, k, v = (torch.randn(1, 1, s, d, generator=gen) for _ in range(3))
+            m = torch.tensor([0.5])
+            front_q = torch.stack((torch.ones(s), -m * pos), dim=-1)[None, None]
+            front_k = torch.stack((m * pos, torch.ones(s)), dim=-1)[None, None]
+            got = F.scaled_dot_product_attention(
+                torch.cat((front_q, q * d**-0.5), -1), torch.cat((front_k, k), -1),
+                torch.cat((torch.zeros(1, 1, s, 2), v), -1), is_causal=True, scale=1.0)[..., 2:]
+            i, j = torch.arange(s, dtype=torch.float64)[:, None], torch.arange(s, dtype=torch.float64)[None, :]
+            scores = (q.double() @ k.double().transpose(-1, -2)) * d**-0.5 - 0.5 * (i - j)
+            want = scores.masked_fill(j > i, float("-inf")).softmax(-1) @ v.double()
+            self.linear_bias_exact = bool((got.double() - want).abs().max() < 1e-5)
+            if not self.linear_bias_exact:
+                log.info("fused SDPA does not sum the ALiBi dimensions first here; ALiBi uses query blocks")
+        return self.linear_bias_exact
 
     def flex(self, q: Tensor, k: Tensor, v: Tensor, score_mod: Callable[..., Tensor]) -> Tensor:
         """Causal attention with ``score_mod`` through compiled FlexAttention (Dong et al. 2024).

@@ -29,7 +29,7 @@ from rich.table import Table
 
 from posenc import functional as PF
 from posenc.encoders import ENCODERS, build_encoder
-from posenc.errors import PositionRangeError
+from posenc.errors import PosencError, PositionRangeError
 from posenc.files import atomic_write_text
 from posenc.model import ModelConfig, Transformer
 
@@ -194,7 +194,7 @@ def training_section(args, device, autocast) -> pd.DataFrame:
 
     if not args.no_reference:
         add("llama (HF transformers, sdpa)", llama_reference(device, args.length))
-    for name in ENCODERS:
+    for name in args.encoders:
         add(f"posenc {name}", posenc_model(name, args.length, device))
     if not args.quick:
         add("posenc rope, fused AdamW", posenc_model("rope", args.length, device), fused=True)
@@ -232,7 +232,7 @@ def forward_section(args, device, autocast) -> pd.DataFrame:
 
     rows = []
     for length in args.lengths:
-        for name in ENCODERS:
+        for name in args.encoders:
             seconds = best_time(forward_fn(name, length), device, repeats=1 if length > 8192 else 3)
             rows.append({"encoder": name, "length": length, "seconds": seconds})
             console.print(f"  forward {name} @ {length}: {seconds:.3f} s")
@@ -303,6 +303,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs")
     parser.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
+    parser.add_argument("--encoders", default=",".join(ENCODERS),
+                        help="comma-separated encoders (rope, the reference of every ratio, is always added)")
+    parser.add_argument("--sections", default="training,rope,forward", help="which of training,rope,forward")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         console.print("error: --device cuda, but no CUDA device is available")
@@ -313,17 +316,26 @@ def main() -> None:
     except (ValueError, AssertionError):
         console.print(f"error: --lengths must be positive integers separated by commas, got {args.lengths!r}")
         sys.exit(2)
+    try:
+        args.encoders = ENCODERS.parse(args.encoders, "--encoders")
+        args.encoders = args.encoders if "rope" in args.encoders else ["rope", *args.encoders]
+        args.sections = [n.strip() for n in args.sections.split(",") if n.strip()]
+        assert args.sections and set(args.sections) <= {"training", "rope", "forward"}
+    except (PosencError, AssertionError) as err:
+        console.print(f"error: {err or '--sections must name some of training, rope, forward'}")
+        sys.exit(2)
     if args.quick:
         args.lengths, args.batch, args.length, args.steps = [256, 1024], 4, 32, 2
     device = torch.device(args.device)
     autocast = torch.bfloat16 if device.type == "cuda" else None
     start = time.perf_counter()
     console.print(f"[bold]posenc benchmark[/] on {machine(device)}")
-    sections = {
-        "training": training_section(args, device, autocast),
-        "rope": rope_section(args, device),
-        "forward": forward_section(args, device, autocast),  # last: it changes how freed memory is returned
+    makers = {
+        "training": lambda: training_section(args, device, autocast),
+        "rope": lambda: rope_section(args, device),
+        "forward": lambda: forward_section(args, device, autocast),  # last: it changes how freed memory is returned
     }
+    sections = {key: make() for key, make in makers.items() if key in args.sections}
     args.out.mkdir(parents=True, exist_ok=True)
     precision = "bf16 autocast" if autocast else "fp32"
     lines = [f"# posenc benchmark\n\nMachine: {machine(device)}; {precision}. Command: "
@@ -334,7 +346,8 @@ def main() -> None:
         "forward": "Forward pass, batch 1: best time and peak memory (process RSS on CPU), ratios to rope",
         "rope": "Rotary kernel time",
     }
-    titles["training"] += f"; matmul {sections['training'].attrs['matmul_gflops']:.1f} GFLOP/s"
+    if "training" in sections:
+        titles["training"] += f"; matmul {sections['training'].attrs['matmul_gflops']:.1f} GFLOP/s"
     for key, table in sections.items():
         show(titles[key], table)
         atomic_write_text(args.out / f"{key}.csv", table.to_csv(index=False))

@@ -1,6 +1,8 @@
 """Causal attention backends (posenc/attention.py): fused SDPA, query blocks and FlexAttention give the
 same numbers as a dense reference, and a backend owns its state (each test makes its own)."""
 
+import copy
+
 import pytest
 import torch
 
@@ -24,10 +26,12 @@ def test_chunked_bias_attention_equals_dense_reference():
 BIAS_ENCODERS = [n for n, c in ENCODERS.items() if c.has_score_bias]
 
 
-def _dense_reference(q, k, v, encoder):
+def _dense_reference(q, k, v, encoder, positions=None):
+    """Causal attention with the whole [s, s] bias, computed in q's dtype (the encoder too)."""
     s = q.shape[-2]
-    positions = torch.arange(s)
-    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + encoder.score_bias(positions, positions).to(q.dtype)
+    positions = torch.arange(s) if positions is None else positions
+    bias = copy.deepcopy(encoder).to(q.dtype).score_bias(positions, positions)
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + bias.to(q.dtype)
     scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
     return scores.softmax(-1) @ v
 
@@ -106,7 +110,7 @@ def test_generic_flex_kernels_of_different_score_mods_compile_side_by_side():
 
 
 def test_auto_attention_falls_back_to_query_blocks_when_flex_cannot_run(caplog):
-    encoder = build_encoder("alibi", AttentionShape(32, 4), 64)
+    encoder = build_encoder("t5", AttentionShape(32, 4), 64)
 
     class NoCompiler(CausalAttention):
         def flex(self, *args, **kwargs):
@@ -154,3 +158,69 @@ def test_a_model_attends_through_the_backend_it_is_given():
     assert calls == ["ALiBi", "ALiBi"]  # once per layer
     default = Transformer(cfg, build_encoder("rope", cfg.shape, 64))
     assert all(block.attn.attend is SHARED for block in default.blocks)
+
+
+class _OnlyLinearBias(CausalAttention):
+    def blocked(self, *args, **kwargs):
+        raise AssertionError("query blocks used")
+
+    def flex(self, *args, **kwargs):
+        raise AssertionError("FlexAttention used")
+
+
+@pytest.mark.parametrize("n_heads", [1, 3, 4, 6, 8])
+@pytest.mark.parametrize("length", [1, 77, 1300])
+def test_alibi_through_fused_sdpa_equals_the_float64_reference(n_heads, length):
+    """ALiBi's bias carried by two leading query/key dimensions (CausalAttention.linear_bias) in fp32 is as
+    close to the float64 reference as the query-block path; every slope of up to 8 heads is a power of two."""
+    encoder = build_encoder("alibi", AttentionShape(8 * n_heads, n_heads), 64)
+    gen = torch.Generator().manual_seed(length)
+    q, k, v = (torch.randn(2, n_heads, length, 8, generator=gen) for _ in range(3))
+    positions = torch.arange(length)
+    with torch.no_grad():
+        fused = _OnlyLinearBias()(q, k, v, positions, encoder)
+        blocked = CausalAttention().blocked(q, k, v, positions, encoder)
+    want = _dense_reference(q.double(), k.double(), v.double(), encoder)
+    assert (fused.double() - want).abs().max() <= max(2e-6, 2 * (blocked.double() - want).abs().max())
+
+
+def test_alibi_far_from_position_zero_stays_exact():
+    """Positions near 2**20 (m_h j ~ 2**19): exact only because the bias dimensions cancel before q.k is added."""
+    encoder = build_encoder("alibi", AttentionShape(32, 4), 64)
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 4, 300, 8, generator=gen) for _ in range(3))
+    positions = torch.arange(2**20 - 300, 2**20)
+    with torch.no_grad():
+        fused = _OnlyLinearBias()(q, k, v, positions, encoder)
+    want = _dense_reference(q.double(), k.double(), v.double(), encoder, positions)
+    torch.testing.assert_close(fused.double(), want, atol=2e-6, rtol=0)
+
+
+def test_linear_bias_is_used_only_where_it_is_exact():
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 12, 200, 8, generator=gen) for _ in range(3))
+    twelve = build_encoder("alibi", AttentionShape(96, 12), 64)  # slopes 2**-0.5, 2**-1.5, ...: not exact
+    attend = CausalAttention()
+    assert attend.linear_bias(q, k, v, torch.arange(200), twelve.slopes) is None
+    with torch.no_grad():
+        out = attend(q, k, v, torch.arange(200), twelve)  # falls back to query blocks
+    torch.testing.assert_close(out.double(), _dense_reference(q.double(), k.double(), v.double(), twelve),
+                               atol=2e-6, rtol=0)
+    four = build_encoder("alibi", AttentionShape(32, 4), 64)
+    assert attend.linear_bias(q[:, :4], k[:, :4], v[:, :4], torch.arange(200), four.slopes) is not None
+    assert attend.linear_bias_exact is True  # this machine's fused SDPA sums the leading dimensions first
+    attend.linear_bias_exact = False  # as on a kernel that does not
+    assert attend.linear_bias(q[:, :4], k[:, :4], v[:, :4], torch.arange(200), four.slopes) is None
+
+
+def test_the_exactness_check_can_say_no(monkeypatch):
+    """A fused kernel that summed the bias dimensions last would round m j at its magnitude: the check sees it."""
+    import posenc.attention as attention
+
+    real = attention.F.scaled_dot_product_attention
+
+    def bias_dims_last(q, k, v, **kwargs):
+        return real(q.roll(-2, -1), k.roll(-2, -1), v, **kwargs)
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", bias_dims_last)
+    assert CausalAttention()._exact_linear_bias() is False

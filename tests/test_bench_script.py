@@ -37,3 +37,17 @@ def test_bench_rejects_bad_lengths_in_one_line(tmp_path):
     )
     assert result.returncode == 2 and "error: --lengths" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_bench_runs_a_chosen_section_and_encoders_always_with_rope(tmp_path):
+    out = tmp_path / "bench"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--sections", "forward", "--encoders",
+         "alibi", "--out", str(out)], capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    forward = pd.read_csv(out / "forward.csv")
+    assert sorted(set(forward["encoder"])) == ["alibi", "rope"] and not (out / "training.csv").exists()
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--encoders", "nosuch"],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "unknown encoder 'nosuch'" in bad.stdout + bad.stderr

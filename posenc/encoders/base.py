@@ -74,6 +74,14 @@ class PositionalEncoder(nn.Module):
         """Additive score bias ``[n_h, s_q, s_k]`` (only called when ``has_score_bias``)."""
         raise NotImplementedError
 
+    def linear_bias_slopes(self) -> Tensor | None:
+        """The slopes ``[n_h]`` when ``score_bias`` is exactly ``-slope_h * (i - j)`` (ALiBi), else None.
+
+        An attention backend may then carry the bias through fused attention instead of adding it to scores
+        (:meth:`posenc.attention.CausalAttention.linear_bias`); it must agree with ``score_bias``.
+        """
+        return None
+
     def score_mod(self, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor] | None:
         """``score_bias`` as a FlexAttention ``score_mod(score, b, h, q_idx, kv_idx)``, or None if not given.
 

@@ -23,6 +23,9 @@ class ALiBi(PositionalEncoder):
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         return F.alibi_bias(self.slopes, q_positions, k_positions)  # [n_h, s_q, s_k]
 
+    def linear_bias_slopes(self) -> Tensor:
+        return self.slopes
+
     def score_mod(self, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
         slopes = capture(self.slopes)
 
