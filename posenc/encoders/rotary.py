@@ -221,7 +221,7 @@ class XPos(RotaryEncoder):
         train_length: int,
         *,
         base: float = 10000.0,
-        gamma: float = 0.4,
+        gamma: float = F.XPOS_GAMMA,
         scale_base: float | None = None,
     ) -> None:
         super().__init__(shape, train_length, base)

@@ -5,6 +5,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+# xPos's published constants (Sun et al. 2023, §3.2, and the torchscale reference code): every default
+# below and the xpos encoder's read them from here.
+XPOS_GAMMA = 0.4  # zeta_j = (2j/d + gamma) / (1 + gamma)
+XPOS_SCALE_BASE = 512.0  # decay length scale for the paper's 1024-token training
+
 __all__ = [
     "rope_inv_freq",
     "ntk_base",
@@ -12,6 +17,8 @@ __all__ = [
     "rope_rotation",
     "apply_rotation",
     "apply_rope",
+    "XPOS_GAMMA",
+    "XPOS_SCALE_BASE",
     "xpos_zeta",
     "apply_xpos",
     "xpos_rotations",
@@ -144,7 +151,7 @@ def _complex_dtype(x: Tensor) -> torch.dtype:
     return torch.complex128 if x.dtype == torch.float64 else torch.complex64
 
 
-def xpos_zeta(head_dim: int, gamma: float = 0.4, *, dtype: torch.dtype = torch.float64) -> Tensor:
+def xpos_zeta(head_dim: int, gamma: float = XPOS_GAMMA, *, dtype: torch.dtype = torch.float64) -> Tensor:
     """xPos per-pair decay bases ``zeta_j = (2j/head_dim + gamma) / (1 + gamma)`` (Sun et al. 2023, §3.2).
 
     Returns:
@@ -159,8 +166,8 @@ def apply_xpos(
     k: Tensor,
     positions: Tensor,
     inv_freq: Tensor,
-    gamma: float = 0.4,
-    scale_base: float = 512.0,
+    gamma: float = XPOS_GAMMA,
+    scale_base: float = XPOS_SCALE_BASE,
 ) -> tuple[Tensor, Tensor]:
     """Extrapolatable position embedding xPos (Sun et al. 2023, "A Length-Extrapolatable Transformer", eq. 11).
 
@@ -189,8 +196,8 @@ def xpos_rotations(
     positions: Tensor,
     inv_freq: Tensor,
     head_dim: int,
-    gamma: float = 0.4,
-    scale_base: float = 512.0,
+    gamma: float = XPOS_GAMMA,
+    scale_base: float = XPOS_SCALE_BASE,
     dtype: torch.dtype = torch.complex64,
 ) -> tuple[Tensor, Tensor]:
     """xPos's query and key factors for :func:`apply_rotation` (see :func:`apply_xpos` for the formula).
