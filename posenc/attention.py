@@ -4,9 +4,15 @@
 - Encoders without a score bias: PyTorch's fused causal ``scaled_dot_product_attention``.
 - ALiBi-like biases ``-m_h (i - j)`` (``encoder.linear_bias_slopes()``) at inference on CPU: fused SDPA with
   the bias carried exactly by two more query/key dimensions (:meth:`CausalAttention.linear_bias`).
-- Other encoders with a score bias (T5, KERPLE, FIRE; ALiBi when training or on GPU): *query blocks* (the bias ``[n_h, block, keys]`` one
-  block of queries at a time: linear memory, any device), or compiled *FlexAttention* (Dong et al. 2024:
-  the bias computed inside the kernel, block-sparse causal), chosen by length and by what runs here.
+- Biases that are a constant per head beyond some distance (T5, ``encoder.far_bias()``) at inference on CPU
+  from ``FLEX_MIN_LENGTH`` on: one fused causal call for the far keys plus a band of query blocks for the near
+  ones (:meth:`CausalAttention.far_constant`).
+- Other encoders with a score bias (KERPLE, FIRE; ALiBi and T5 when training or on GPU): *query blocks* (the
+  bias ``[n_h, block, keys]`` one block of queries at a time: linear memory, any device), or compiled
+  *FlexAttention* (Dong et al. 2024: the bias computed inside the kernel, block-sparse causal), chosen by
+  length and by what runs here.
+
+The two fused inference paths are :mod:`posenc.fused_bias`.
 
 A backend owns its compiled kernels, causal block masks and the record of whether FlexAttention runs on
 this machine. Models share :data:`SHARED` by default, so that evaluating many checkpoints compiles each
@@ -23,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from posenc import fused_bias
 from posenc.encoders import PositionalEncoder
 from posenc.encoders.base import as_is
 from posenc.errors import ConfigError
@@ -80,10 +87,15 @@ class CausalAttention:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
         slopes = encoder.linear_bias_slopes()
         if (kind == "auto" and slopes is not None and q.device.type == "cpu" and dropout_p == 0.0
-                and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+                and not _needs_grad(q, k, v, encoder)):
             out = self.linear_bias(q, k, v, positions, slopes)  # inference only: training keeps query blocks
             if out is not None:
                 return out
+        far = encoder.far_bias()
+        if (kind == "auto" and far is not None and q.device.type == "cpu" and dropout_p == 0.0
+                and not _needs_grad(q, k, v, encoder)
+                and max(far[0] + 1, self.flex_min_length) <= q.shape[-2]):  # shorter: one query block is faster
+            return self.far_constant(q, k, v, positions, encoder, *far)
         seq = q.shape[-2]
         # FlexAttention has no backward on CPU: a CPU training step takes the query blocks (auto) instead of
         # failing there and marking flex broken for the evaluations that follow.
@@ -135,61 +147,27 @@ class CausalAttention:
         return torch.cat(outputs, dim=-2)
 
     def linear_bias(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, slopes: Tensor) -> Tensor | None:
-        """Causal attention with ALiBi's bias ``-m_h (i - j)`` (Press et al. 2022) inside fused SDPA; None where
-        that is not exact here (then the caller takes another backend).
-
-        The bias is a dot product of two more dimensions: ``[1, -m_h i]`` on each query and ``[m_h j, 1]`` on
-        each key, put *first*. ``m_h i`` and ``m_h j`` are exact in fp32 when every slope is a power of two (ALiBi
-        with up to 8 heads, or any power-of-two count up to 8: ``alibi_slopes``) and positions are integers below
-        2**24; a kernel that sums a dot product in order then adds them first, and ``m_h j - m_h i`` is exact
-        (Sterbenz: both are multiples of ``m_h`` below 2**24 m_h), so the scores carry the bias with no rounding
-        of their own: the error is the reference's (scores ``q.k scale - m (i - j)`` in fp32), at any length.
-        The summation order is the kernel's; :meth:`_exact_linear_bias` checks it once per backend with keys at
-        positions near 2**20, where an inexact order would be off by ~1e-2. Queries are scaled by
-        ``h_d**-0.5`` beforehand and SDPA's own scale is 1, so the two added products stay exact too.
-
-        Args:
-            q, k, v: ``[b, n_h, s, h_d]``.
-            positions: ``[s]``, as given by ``encoder.sample_positions``; causality is by index.
-            slopes: ``[n_h]``.
-
-        Returns:
-            ``[b, n_h, s, h_d]``, or None.
-        """
-        exact_slopes = bool((torch.frexp(slopes.float()).mantissa == 0.5).all())  # powers of two
-        if not (exact_slopes and positions.numel() and int(positions.max()) < 2**24 and self._exact_linear_bias()):
+        """:func:`posenc.fused_bias.linear_bias_attention` where it is exact (power-of-two ``slopes``, integer
+        positions below 2**24, and this machine's fused kernel summing in order: checked once); else None."""
+        exact = bool((torch.frexp(slopes.float()).mantissa == 0.5).all())  # powers of two
+        if not (exact and positions.numel() and int(positions.max()) < 2**24 and self._exact_linear_bias()):
             return None
-        b, h, s, d = q.shape
-        bias = slopes.to(q.dtype).view(h, 1) * positions.to(q.dtype)  # m_h i, [n_h, s]
-        qx, kx, vx = (x.new_empty(b, h, s, d + 2) for x in (q, k, v))
-        qx[..., 0], qx[..., 1] = 1.0, -bias  # [1, -m i]
-        kx[..., 0], kx[..., 1] = bias, 1.0  # [m j, 1]
-        vx[..., :2] = 0.0  # fused kernels need one head size for q, k and v
-        torch.mul(q, d**-0.5, out=qx[..., 2:])
-        kx[..., 2:], vx[..., 2:] = k, v
-        return F.scaled_dot_product_attention(qx, kx, vx, is_causal=True, scale=1.0)[..., 2:]
+        return fused_bias.linear_bias_attention(q, k, v, positions, slopes)
 
     def _exact_linear_bias(self) -> bool:
-        """Whether fused SDPA here sums the two leading dimensions first (see :meth:`linear_bias`); checked
-        once: 64 keys at positions near 2**20 with slope 1/2, against the float64 softmax."""
         if self.linear_bias_exact is None:
-            gen = torch.Generator().manual_seed(0)
-            s, d = 64, 8
-            pos = torch.arange(2**20 - s, 2**20, dtype=torch.float32)
-            q, k, v = (torch.randn(1, 1, s, d, generator=gen) for _ in range(3))
-            m = torch.tensor([0.5])
-            front_q = torch.stack((torch.ones(s), -m * pos), dim=-1)[None, None]
-            front_k = torch.stack((m * pos, torch.ones(s)), dim=-1)[None, None]
-            got = F.scaled_dot_product_attention(
-                torch.cat((front_q, q * d**-0.5), -1), torch.cat((front_k, k), -1),
-                torch.cat((torch.zeros(1, 1, s, 2), v), -1), is_causal=True, scale=1.0)[..., 2:]
-            i, j = torch.arange(s, dtype=torch.float64)[:, None], torch.arange(s, dtype=torch.float64)[None, :]
-            scores = (q.double() @ k.double().transpose(-1, -2)) * d**-0.5 - 0.5 * (i - j)
-            want = scores.masked_fill(j > i, float("-inf")).softmax(-1) @ v.double()
-            self.linear_bias_exact = bool((got.double() - want).abs().max() < 1e-5)
+            self.linear_bias_exact = fused_bias.sums_leading_dimensions_first()
             if not self.linear_bias_exact:
                 log.info("fused SDPA does not sum the ALiBi dimensions first here; ALiBi uses query blocks")
         return self.linear_bias_exact
+
+    def far_constant(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
+                     reach: int, far: Tensor) -> Tensor:
+        """:func:`posenc.fused_bias.far_constant_attention` with this backend's query block; query blocks
+        where positions are not ``0..s-1``."""
+        if not torch.equal(positions, torch.arange(q.shape[-2], device=positions.device)):
+            return self.blocked(q, k, v, positions, encoder)
+        return fused_bias.far_constant_attention(q, k, v, encoder, reach, far, self.query_block)
 
     def flex(self, q: Tensor, k: Tensor, v: Tensor, score_mod: Callable[..., Tensor]) -> Tensor:
         """Causal attention with ``score_mod`` through compiled FlexAttention (Dong et al. 2024).
@@ -253,6 +231,12 @@ class CausalAttention:
 
 
 SHARED = CausalAttention()  # what models use unless given their own: kernels compiled once per process
+
+
+def _needs_grad(q: Tensor, k: Tensor, v: Tensor, encoder: PositionalEncoder) -> bool:
+    """Whether this call must be differentiable: the fused inference paths have no backward."""
+    tensors = (q, k, v, *encoder.parameters())
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def _first_line(err: Exception) -> str:

@@ -224,3 +224,54 @@ def test_the_exactness_check_can_say_no(monkeypatch):
 
     monkeypatch.setattr(attention.F, "scaled_dot_product_attention", bias_dims_last)
     assert CausalAttention()._exact_linear_bias() is False
+
+
+@pytest.mark.parametrize("length", [33, 600, 1300, 2100])
+@pytest.mark.parametrize("max_distance", [20, 128])
+def test_t5_far_keys_through_one_fused_causal_call_equal_the_float64_reference(length, max_distance):
+    """T5's bias is its last bucket from max_distance on: the far keys need no bias tensor (fused causal call,
+    log-sum-exp shifted), the near band gets query blocks; lengths around block and reach edges."""
+    encoder = build_encoder("t5", AttentionShape(24, 3), 64, {"max_distance": max_distance})
+    with torch.no_grad():
+        encoder.table.normal_(0, 2, generator=torch.Generator().manual_seed(3))  # far from a flat bias
+    gen = torch.Generator().manual_seed(length)
+    q, k, v = (torch.randn(2, 3, length, 8, generator=gen) for _ in range(3))
+    positions = torch.arange(length)
+    attend = CausalAttention(query_block=256)
+    with torch.no_grad():
+        reach, far = encoder.far_bias()
+        got = attend.far_constant(q, k, v, positions, encoder, reach, far) if length > reach else None
+        blocked = attend.blocked(q, k, v, positions, encoder)
+    want = _dense_reference(q.double(), k.double(), v.double(), encoder)
+    if got is None:
+        return
+    assert (got.double() - want).abs().max() <= max(2e-6, 2 * (blocked.double() - want).abs().max())
+
+
+def test_t5_far_bias_is_its_score_bias_beyond_reach():
+    encoder = build_encoder("t5", AttentionShape(32, 4), 64, {"max_distance": 40})
+    reach, far = encoder.far_bias()
+    bias = encoder.score_bias(torch.arange(500), torch.arange(500))  # [n_h, s, s]
+    i, j = torch.arange(500)[:, None], torch.arange(500)[None, :]
+    assert reach == 40 and torch.equal(bias[:, (i - j) >= reach], far[:, None].expand(4, int(((i - j) >= reach).sum())))
+    assert not torch.equal(bias[:, 0, 0], far)  # nearer keys have buckets of their own
+
+
+def test_auto_uses_the_far_constant_path_for_long_t5_inference_only():
+    calls = []
+
+    class Spy(CausalAttention):
+        def far_constant(self, *args, **kwargs):
+            calls.append(args[0].shape[-2])
+            return super().far_constant(*args, **kwargs)
+
+    encoder = build_encoder("t5", AttentionShape(32, 4), 64)
+    q, k, v = (torch.randn(1, 4, 1100, 8) for _ in range(3))
+    attend = Spy()
+    with torch.no_grad():
+        attend(q, k, v, torch.arange(1100), encoder)
+        attend(q[..., :500, :], k[..., :500, :], v[..., :500, :], torch.arange(500), encoder)  # short: blocks
+    assert calls == [1100]
+    q.requires_grad_()
+    attend(q, k, v, torch.arange(1100), encoder).sum().backward()  # a training step: not the fused path
+    assert calls == [1100] and encoder.table.grad is not None

@@ -82,6 +82,15 @@ class PositionalEncoder(nn.Module):
         """
         return None
 
+    def far_bias(self) -> tuple[int, Tensor] | None:
+        """``(reach, bias)`` when ``score_bias`` depends on ``i - j`` only and is the constant ``bias`` ``[n_h]``
+        for every distance ``i - j >= reach`` (T5 beyond ``max_distance``), else None.
+
+        An attention backend may then attend to all keys that far without any bias tensor
+        (:meth:`posenc.attention.CausalAttention.far_constant`); it must agree with ``score_bias``.
+        """
+        return None
+
     def score_mod(self, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor] | None:
         """``score_bias`` as a FlexAttention ``score_mod(score, b, h, q_idx, kv_idx)``, or None if not given.
 

@@ -55,6 +55,9 @@ class T5Bias(PositionalEncoder):
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         return F.t5_bias(self.table, q_positions, k_positions, self.max_distance)  # [n_h, s_q, s_k]
 
+    def far_bias(self) -> tuple[int, Tensor]:
+        return self.max_distance, self.table[self.num_buckets - 1]  # every distance >= max_distance: last bucket
+
     def score_mod(self, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
         table, num_buckets, max_distance = capture(self.table), self.num_buckets, self.max_distance
 

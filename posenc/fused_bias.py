@@ -1,0 +1,120 @@
+"""Score biases carried through PyTorch's fused CPU attention (inference): no bias tensor over all pairs.
+
+Two structures make a bias cheap, and the backend (:mod:`posenc.attention`) asks encoders for them by
+capability, never by name:
+
+* a bias *linear in distance*, ALiBi's ``-m_h (i - j)`` (Press et al. 2022): :func:`linear_bias_attention`;
+* a bias that is *a constant per head beyond a distance*, T5's past ``max_distance`` (Raffel et al. 2020):
+  :func:`far_constant_attention`.
+
+Both give the float64 reference's numbers to fp32 accuracy (tests/test_attention.py). Shapes ``[b, n_h, s,
+h_d]``; causality by index.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from posenc.encoders import PositionalEncoder
+
+
+def linear_bias_attention(q: Tensor, k: Tensor, v: Tensor, positions: Tensor, slopes: Tensor) -> Tensor:
+    """Causal attention with ALiBi's bias ``-m_h (i - j)`` inside fused SDPA, exact where it is offered.
+
+    The bias is the dot product of two more dimensions: ``[1, -m_h i]`` on each query and ``[m_h j, 1]`` on
+    each key, put *first*. ``m_h i`` and ``m_h j`` are exact in fp32 when every slope is a power of two
+    (ALiBi's slopes for up to 8 heads: :func:`posenc.functional.alibi_slopes`) and positions are integers
+    below 2**24; a kernel that sums a dot product in order then adds them first, and ``m_h j - m_h i`` is
+    exact (both are multiples of ``m_h`` below 2**24 m_h), so the scores carry the bias with no rounding of
+    their own: the error is the reference's (scores ``q.k scale - m (i - j)`` in fp32) at any length. Queries
+    are scaled by ``h_d**-0.5`` beforehand and SDPA's own scale is 1, so the two added products stay exact.
+    Whether the kernel sums in order is :func:`sums_leading_dimensions_first`; the caller checks both.
+
+    Args:
+        q, k, v: ``[b, n_h, s, h_d]``.
+        positions: ``[s]`` integer-valued.
+        slopes: ``[n_h]`` powers of two.
+
+    Returns:
+        ``[b, n_h, s, h_d]``.
+    """
+    b, h, s, d = q.shape
+    bias = slopes.to(q.dtype).view(h, 1) * positions.to(q.dtype)  # m_h i, [n_h, s]
+    qx, kx, vx = (x.new_empty(b, h, s, d + 2) for x in (q, k, v))
+    qx[..., 0], qx[..., 1] = 1.0, -bias  # [1, -m i]
+    kx[..., 0], kx[..., 1] = bias, 1.0  # [m j, 1]
+    vx[..., :2] = 0.0  # fused kernels need one head size for q, k and v
+    torch.mul(q, d**-0.5, out=qx[..., 2:])
+    kx[..., 2:], vx[..., 2:] = k, v
+    return F.scaled_dot_product_attention(qx, kx, vx, is_causal=True, scale=1.0)[..., 2:]
+
+
+def sums_leading_dimensions_first() -> bool:
+    """Whether fused SDPA here adds the two leading dimensions of :func:`linear_bias_attention` first: 64 keys
+    at positions near 2**20 with slope 1/2 (``m j ~ 2**19``, where a different order would be off by ~1e-2),
+    against the float64 softmax."""
+    gen = torch.Generator().manual_seed(0)
+    s, d = 64, 8
+    positions = torch.arange(2**20 - s, 2**20)
+    q, k, v = (torch.randn(1, 1, s, d, generator=gen) for _ in range(3))
+    got = linear_bias_attention(q, k, v, positions, torch.tensor([0.5]))
+    i, j = torch.arange(s, dtype=torch.float64)[:, None], torch.arange(s, dtype=torch.float64)[None, :]
+    scores = (q.double() @ k.double().transpose(-1, -2)) * d**-0.5 - 0.5 * (i - j)
+    want = scores.masked_fill(j > i, float("-inf")).softmax(-1) @ v.double()
+    return bool((got.double() - want).abs().max() < 1e-5)
+
+
+def far_constant_attention(q: Tensor, k: Tensor, v: Tensor, encoder: PositionalEncoder, reach: int, far: Tensor,
+                           query_block: int) -> Tensor:
+    """Causal attention with a score bias that is the constant ``far[h]`` from distance ``reach`` on (T5
+    beyond ``max_distance``), through the fused CPU kernel; positions ``0..s-1``.
+
+    The keys at distance ``>= reach`` from query ``i`` are ``j <= i - reach``: queries ``reach..s-1`` against
+    keys ``0..s-1-reach`` form a *square causal* pattern, one fused causal call with no bias at all, whose
+    log-sum-exp is shifted by ``far[h]``. The keys closer than ``reach`` are a band, attended in blocks of
+    ``query_block`` queries with the encoder's ``score_bias`` as a ``[n_h, block, block + reach]`` mask,
+    computed once for all whole blocks (within ``reach`` the bias depends on ``i - j`` only: part of the
+    ``far_bias`` contract). The two partial softmaxes merge exactly through their log-sum-exps (the CPU
+    kernel ``_scaled_dot_product_flash_attention_for_cpu`` returns them). Memory is linear; time is fused
+    causal SDPA's plus the band.
+
+    Args:
+        q, k, v: ``[b, n_h, s, h_d]`` on CPU, ``s > reach``.
+        encoder: its ``score_bias`` is used within ``reach``.
+        reach: distance from which the bias is ``far``.
+        far: ``[n_h]``.
+        query_block: queries per block of the band.
+
+    Returns:
+        ``[b, n_h, s, h_d]``.
+    """
+    b, h, s, d = q.shape
+    fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # returns the log-sum-exp too
+    positions = torch.arange(s, device=q.device)
+    out = torch.empty_like(q)
+    near_lse = q.new_empty(b, h, s)
+    steady = None  # the mask of a whole block past the first `reach` keys: the same for each such block
+    for start in range(0, s, query_block):  # the band: 0 <= i - j < reach
+        end = min(start + query_block, s)
+        first = max(0, start - reach + 1)
+        repeats = first > 0 and end - start == query_block
+        if repeats and steady is not None:
+            mask = steady
+        else:
+            bias = encoder.score_bias(positions[start:end], positions[first:end]).to(q.dtype)  # [n_h, bq, keys]
+            distance = positions[start:end, None] - positions[None, first:end]
+            mask = bias.masked_fill((distance < 0) | (distance >= reach), float("-inf")).unsqueeze(0)
+            steady = mask if repeats else steady
+        out[:, :, start:end], near_lse[:, :, start:end] = fused(
+            q[:, :, start:end], k[:, :, first:end], v[:, :, first:end], 0.0, False, attn_mask=mask)
+    # The rest: query i >= reach, keys j <= i - reach, all with bias far[h].
+    rest, rest_lse = fused(q[:, :, reach:], k[:, :, : s - reach], v[:, :, : s - reach], 0.0, True)
+    rest_lse = rest_lse + far.detach().to(q.dtype).view(1, h, 1)
+    own_lse = near_lse[:, :, reach:]
+    lse = torch.logaddexp(rest_lse, own_lse).unsqueeze(-1)
+    merged = out[:, :, reach:]  # a view: written in place
+    merged.mul_((own_lse.unsqueeze(-1) - lse).exp_())
+    merged.addcmul_(rest, (rest_lse.unsqueeze(-1) - lse).exp_())
+    return out
