@@ -237,7 +237,7 @@ def test_t5_far_keys_through_one_fused_causal_call_equal_the_float64_reference(l
     gen = torch.Generator().manual_seed(length)
     q, k, v = (torch.randn(2, 3, length, 8, generator=gen) for _ in range(3))
     positions = torch.arange(length)
-    attend = CausalAttention(query_block=256)
+    attend = CausalAttention()  # band blocks of FAR_BAND_BLOCK = 128: lengths above cut through several
     with torch.no_grad():
         reach, far = encoder.far_bias()
         got = attend.far_constant(q, k, v, positions, encoder, reach, far) if length > reach else None
