@@ -150,9 +150,11 @@ class CausalAttention:
         return torch.cat(outputs, dim=-2)
 
     def linear_bias(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, slopes: Tensor) -> Tensor | None:
-        """:func:`posenc.fused_bias.linear_bias_attention` where it is exact (power-of-two ``slopes``, integer
-        positions below 2**24, and this machine's fused kernel summing in order: checked once); else None."""
+        """:func:`posenc.fused_bias.linear_bias_attention` where it is exact (power-of-two ``slopes``, fp32 or
+        fp64, integer positions below 2**24, and this machine's fused kernel summing in order: checked once);
+        else None."""
         exact = bool((torch.frexp(slopes.float()).mantissa == 0.5).all())  # powers of two
+        exact = exact and q.dtype in (torch.float32, torch.float64)  # m i exact below 2**24: not in 16-bit floats
         if not (exact and positions.numel() and int(positions.max()) < 2**24 and self._exact_linear_bias()):
             return None
         return fused_bias.linear_bias_attention(q, k, v, positions, slopes)

@@ -122,7 +122,7 @@ def choices_markdown(table: pd.DataFrame) -> str:
 
 
 def missed_configurations(runs: list[Path], configs: list[dict], key: str, value: object) -> dict[str, list[str]]:
-    """Task -> encoders (in registry order of appearance) with a run at ``key == value`` that did not learn:
+    """Task -> encoders (in the order of ``runs``) with a run at ``key == value`` that did not learn:
     the configurations a fallback grid trains again at its next value (scripts/retry_not_learned.py)."""
     from posenc.tasks import has_mastery_criterion
 

@@ -209,6 +209,7 @@ def test_linear_bias_is_used_only_where_it_is_exact():
     four = build_encoder("alibi", AttentionShape(32, 4), 64)
     assert attend.linear_bias(q[:, :4], k[:, :4], v[:, :4], torch.arange(200), four.slopes) is not None
     assert attend.linear_bias_exact is True  # this machine's fused SDPA sums the leading dimensions first
+    assert attend.linear_bias(*(x[:, :4].bfloat16() for x in (q, k, v)), torch.arange(200), four.slopes) is None
     attend.linear_bias_exact = False  # as on a kernel that does not
     assert attend.linear_bias(q[:, :4], k[:, :4], v[:, :4], torch.arange(200), four.slopes) is None
 
