@@ -27,7 +27,8 @@ from posenc.errors import PosencError
 from posenc.store import _flatten, run_identity
 
 CHOICES_STEM = "choices"
-COLUMNS = ["task", "encoder", "key", "value", "seeds", "n_learned", "n_trained", "steps_to_learn", "chosen"]
+COLUMNS = ["task", "encoder", "config_id", "key", "value", "seeds", "n_learned", "n_trained", "steps_to_learn",
+           "chosen"]  # config_id: the configuration without the key and the seed (posenc.store.run_identity)
 
 
 def _candidate_rows(runs: list[Path], key: str, configs: list[dict]) -> pd.DataFrame:
@@ -99,7 +100,7 @@ def choose_runs(runs: list[Path], configs: list[dict], key: str) -> tuple[list[P
     chosen = set(zip(candidates.loc[winners, "group"], candidates.loc[winners, "value_text"]))
     value_texts = runs_table["value"].map(lambda v: json.dumps(v, default=str))
     keep = [run for run, g, v in zip(runs_table["run"], runs_table["group"], value_texts) if (g, v) in chosen]
-    table = candidates.assign(key=key, n_learned=candidates["n_learned"].astype(int))
+    table = candidates.assign(key=key, config_id=candidates["group"], n_learned=candidates["n_learned"].astype(int))
     table = table.sort_values(["task", "encoder", "value_text"], ignore_index=True)[COLUMNS]
     table["value"] = table["value"].map(str)  # one column type, whatever the key holds
     return keep, table
@@ -107,7 +108,7 @@ def choose_runs(runs: list[Path], configs: list[dict], key: str) -> tuple[list[P
 
 def choices_markdown(table: pd.DataFrame) -> str:
     """The report's view: configurations with more than one candidate, each candidate a row."""
-    groups = table.groupby(["task", "encoder"])["value"].transform("size")
+    groups = table.groupby("config_id")["value"].transform("size")
     shown = table[groups > 1]
     if shown.empty:
         return ""

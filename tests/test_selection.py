@@ -120,3 +120,12 @@ def test_retry_script_prints_one_override_line_per_task(tmp_path):
     bad = subprocess.run([sys.executable, str(script), str(tmp_path / "none"), "--lr", "0.003"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: run directory not found")
+
+
+def test_report_lists_only_configurations_that_had_a_choice(tmp_path):
+    """Two budgets of one encoder are two configurations, each with one candidate: nothing was chosen."""
+    runs, configs = _runs(tmp_path, [("rope", 0.003, 0, 100), ("rope", 0.003, 1, 100)])
+    configs[1]["train"]["steps"] = 999
+    configs[1]["seed"] = 0
+    _, table = choose_runs(runs, configs, "train.lr")
+    assert table["config_id"].nunique() == 2 and choices_markdown(table) == ""
