@@ -108,7 +108,10 @@ def choose_runs(runs: list[Path], configs: list[dict], key: str) -> tuple[list[P
 
 def choices_markdown(table: pd.DataFrame) -> str:
     """The report's view: configurations with more than one candidate, each candidate a row."""
-    groups = table.groupby("config_id")["value"].transform("size")
+    # Tables written before config_id was a column (results/headline's first choices) grouped by task and
+    # encoder, which named the configuration then.
+    by = "config_id" if "config_id" in table.columns else ["task", "encoder"]
+    groups = table.groupby(by)["value"].transform("size")
     shown = table[groups > 1]
     if shown.empty:
         return ""

@@ -129,3 +129,11 @@ def test_report_lists_only_configurations_that_had_a_choice(tmp_path):
     configs[1]["seed"] = 0
     _, table = choose_runs(runs, configs, "train.lr")
     assert table["config_id"].nunique() == 2 and choices_markdown(table) == ""
+
+
+def test_report_reads_a_choices_table_from_before_config_id(tmp_path):
+    """results/headline's first choices table has no config_id: task and encoder named the configuration."""
+    runs, configs = _runs(tmp_path, [("rope", 0.003, 0, 100), ("rope", 0.001, 0, None)])
+    _, table = choose_runs(runs, configs, "train.lr")
+    old = table.drop(columns="config_id")
+    assert choices_markdown(old) == choices_markdown(table) != ""
