@@ -23,7 +23,10 @@ def test_batches_have_exact_length_and_answers(name, extra):
         assert batch.mask.dtype == torch.bool and batch.mask.any(dim=1).all()
         assert int(batch.inputs.max()) < task.vocab_size and int(batch.inputs.min()) >= 0
         assert int(batch.targets.max()) < task.vocab_size
-        torch.testing.assert_close(batch.inputs[:, 1:], batch.targets[:, :-1])  # targets are shifted inputs
+        shifted = batch.inputs[:, 1:] == batch.targets[:, :-1]  # targets are the inputs shifted ...
+        read = ~batch.mask[:, :-1] if not task.answers_read else torch.ones_like(shifted)
+        assert shifted[read].all()
+        assert not shifted[~read].any()  # ... except answers a task keeps unread (retrieval)
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -130,6 +133,19 @@ def test_retrieval_batches_score_only_values_after_their_keys():
     scored_targets, scored_inputs = batch.targets[batch.mask], batch.inputs[batch.mask]
     assert ((scored_targets >= 34) & (scored_targets < 66)).all()  # a value is predicted ...
     assert ((scored_inputs >= 2) & (scored_inputs < 34)).all()  # ... right after reading its key
+
+
+def test_retrieval_never_shows_an_answer():
+    """As in Zoology, the token after a query is noise in the input, never its value: read answers would
+    let the last query be answered by elimination (a plateau at about half the values right)."""
+    task = Retrieval()
+    tokens, answer = task.sequences(64, 48, gen())
+    batch = task.sample(64, 48, gen())
+    assert torch.equal(batch.targets, tokens[:, 1:]) and torch.equal(batch.mask, answer[:, 1:])
+    values = (batch.inputs >= 2 + task.n_keys) & (batch.inputs < 2 + task.n_keys + task.n_values)
+    assert values.sum(dim=1).tolist() == [task.n_pairs] * 64  # the context's values, and no other
+    read_after_query = batch.inputs[:, 1:][batch.mask[:, :-1]]
+    assert (read_after_query >= 2 + task.n_keys + task.n_values).all()  # noise where each answer was
 
 
 def test_retrieval_keeps_its_dictionary_size_at_every_length():

@@ -55,6 +55,9 @@ class Task:
     vocab_size: int
     #: Relative depths evaluation reports separately (see :meth:`at_depth`); empty: no depth axis.
     eval_depths: ClassVar[tuple[float, ...]] = ()
+    #: Whether the model reads each answer token after predicting it (teacher forcing); False: the input
+    #: holds another token there (:meth:`inputs`), so targets are the inputs shifted except at answers.
+    answers_read: ClassVar[bool] = True
     #: The metrics tables and figures show for this task, most important first.
     report_metrics: ClassVar[tuple[str, ...]] = ("exact_match", "token_accuracy", "loss")
 
@@ -67,7 +70,13 @@ class Task:
         if length < self.min_length:
             raise ConfigError(f"task '{self.key}' needs a length of at least {self.min_length}, got {length}")
         tokens, answer = self.sequences(batch_size, length, generator)
-        return Batch(tokens[:, :-1], tokens[:, 1:], answer[:, 1:])
+        return Batch(self.inputs(tokens, answer, generator), tokens[:, 1:], answer[:, 1:])
+
+    def inputs(self, tokens: Tensor, answer: Tensor, generator: torch.Generator) -> Tensor:
+        """What the model reads, ``[b, length]``, of the full sequences ``tokens`` and their answer mask
+        (both ``[b, length + 1]``): ``tokens[:, :-1]``, each answer token read after it is predicted
+        (teacher forcing). A task whose answers must stay unseen overrides this (retrieval)."""
+        return tokens[:, :-1]
 
     def evaluation_batches(
         self, n_sequences: int, length: int, batch_size: int, generator: torch.Generator

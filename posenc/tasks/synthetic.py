@@ -58,13 +58,19 @@ class Retrieval(Task):
     (``n_pairs``), so a longer sequence holds the same dictionary with the queries spread over a longer
     region: extrapolation asks for the same recall over longer distances, not for a bigger dictionary.
 
+    As in Zoology too, the model never reads an answer: the token after a query is noise in the input (the
+    value is only the target there). Read after its query, each answer would rule its value out of the
+    later queries, so the last one could be answered by elimination (a plateau at about half the values
+    right, 1/4 + 1/3 + 1/2 + 1 over four pairs, that delays the recall circuit).
+
     Differences from Zoology: query slots are uniform over the region (Zoology draws gaps from a power law
-    with ``power_a = 0.01``, which puts most queries right after the context); non-query slots are noise
-    tokens from an alphabet of their own (Zoology draws them from the whole vocabulary, keys included);
-    the answer value follows its query in the input (teacher forcing), where Zoology leaves it out.
+    with ``power_a = 0.01``, which puts most queries right after the context); non-query slots and the
+    token after each query are noise from an alphabet of their own (Zoology draws them from the whole
+    vocabulary, keys included).
     """
 
     key = "retrieval"
+    answers_read = False
     description = "answer the values of queried keys from key-value pairs (Zoology's MQAR)"
 
     def __init__(self, *, n_pairs: int = 4, n_keys: int = 32, n_values: int = 32, n_noise: int = 16) -> None:
@@ -96,3 +102,11 @@ class Retrieval(Task):
         answer.scatter_(1, where[..., None].expand(-1, -1, 2), torch.tensor([False, True]).expand(batch_size, k, 2))
         answer = torch.cat((torch.zeros(batch_size, pad + 2 * k, dtype=torch.bool), answer.flatten(1)), dim=1)
         return tokens, answer
+
+    def inputs(self, tokens: Tensor, answer: Tensor, generator: torch.Generator) -> Tensor:
+        """``tokens[:, :-1]`` with every answer (a value after its query) replaced by a noise token: Zoology's
+        inputs hold no answer, so none can be ruled out by having been read (see the class docstring)."""
+        read, hidden = tokens[:, :-1].clone(), answer[:, :-1]  # [b, length] each
+        noise = 2 + self.n_keys + self.n_values + torch.randint(self.n_noise, read.shape, generator=generator)
+        read[hidden] = noise[hidden]
+        return read
