@@ -94,6 +94,10 @@ def trained_runs(tmp_path_factory) -> Path:
 # (README: `pytest -q -m "not slow and not gpu"`). Marked from the test's own source, so that a new test
 # of that kind cannot land in the fast unit suite by forgetting a decorator.
 _SPAWNS = ("posenc_cli(", "subprocess.", "Popen(", "start_training(", "run_script(")
+# Likewise a test that compiles kernels (FlexAttention through inductor: seconds each, minutes on a cold
+# cache), from a marker in its source: `kind="flex"`, `.flex(`, `torch.compile(`, or `# compiles` where the
+# compiled path is reached indirectly (the `auto` attention kind past FLEX_MIN_LENGTH).
+_COMPILES = ('kind="flex"', ".flex(", "torch.compile(", "# compiles")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -105,5 +109,5 @@ def pytest_collection_modifyitems(config, items):
             source = inspect.getsource(function) if function else ""
         except (OSError, TypeError):
             source = ""
-        if any(s in source for s in _SPAWNS) or "trained_runs" in getattr(item, "fixturenames", ()):
+        if any(s in source for s in _SPAWNS + _COMPILES) or "trained_runs" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.integration)

@@ -1,7 +1,6 @@
 """Resumable training: kills at random steps, SIGTERM, finished runs, foreign checkpoints, divergence."""
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -185,7 +184,6 @@ def test_checkpoint_files_are_never_half_written(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
 
 
-@pytest.mark.skipif(os.name != "posix", reason="signals")
 def test_cli_refuses_foreign_checkpoint_in_one_line(tmp_path):
     first = posenc_cli("train", *TINY, "hydra.run.dir=run", cwd=tmp_path)
     assert first.returncode == 0, first.stderr

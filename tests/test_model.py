@@ -71,7 +71,7 @@ def test_model_outputs_agree_across_attention_kinds(name):
     cfg = ModelConfig(vocab_size=18)
     torch.manual_seed(0)
     blocked = Transformer(ModelConfig(vocab_size=18, attention="blocked"), build_encoder(name, cfg.shape, 1100))
-    auto = Transformer(cfg, build_encoder(name, cfg.shape, 1100))
+    auto = Transformer(cfg, build_encoder(name, cfg.shape, 1100))  # compiles: FlexAttention past 1024 tokens
     auto.load_state_dict(blocked.state_dict())
     tokens = torch.randint(0, 18, (1, 1100))
     with torch.no_grad():
