@@ -8,11 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from posenc.encoders import ENCODERS
 from posenc.errors import PosencError
 from posenc.printing import by_headline_metric, print_comparison, print_notes, print_registry, print_table
 from posenc.progress import console, print_error
-from posenc.tasks import TASKS
 
 app = typer.Typer(
     help="Compare positional encodings for transformers on length extrapolation.",
@@ -27,7 +25,7 @@ RunsOption = Annotated[
     typer.Option("--runs", help="Run directories, or folders holding them (e.g. a sweep). Repeatable."),
 ]
 SequencesOption = Annotated[
-    Optional[int], typer.Option(help="Sequences per length (default: ~32k tokens, at least 4).")
+    Optional[int], typer.Option(help="Sequences per length (default: ~32k tokens, at least 64).")
 ]
 DeviceOption = Annotated[str, typer.Option(help="auto | cpu | cuda")]
 ScalingOption = Annotated[
@@ -246,12 +244,16 @@ def _default_runs() -> list[Path]:
 @app.command()
 def encoders() -> None:
     """List the registered positional encoders, one per line."""
+    from posenc.encoders import ENCODERS  # here: `posenc report` and `runs` start without torch
+
     print_registry(ENCODERS)
 
 
 @app.command()
 def tasks() -> None:
     """List the registered tasks, one per line."""
+    from posenc.tasks import TASKS
+
     print_registry(TASKS)
 
 
