@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from posenc.arguments import check_eval_options, parse_encoders, parse_lengths, parse_scalings
 from posenc.errors import PosencError
 from posenc.printing import by_headline_metric, print_comparison, print_notes, print_registry, print_table
 from posenc.progress import console, print_error
@@ -38,13 +39,6 @@ FactorOption = Annotated[
     typer.Option("--rope-factor", help="Fixed extension factor for --rope-scaling (default: follows the "
                  "evaluation length, s = eval length / training length)."),
 ]
-
-
-def _check_eval_options(sequences: int | None, device: str) -> None:
-    if sequences is not None and sequences < 1:
-        raise PosencError(f"--sequences must be >= 1, got {sequences}")
-    if device not in ("auto", "cpu", "cuda"):
-        raise PosencError(f"--device must be auto, cpu or cuda; got {device!r}")
 
 
 def fail(message: str) -> None:
@@ -89,7 +83,7 @@ def extrapolate(
     RoPE extension method (a `scaling` column).
     """
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.extrapolate import parse_lengths, parse_scalings, scaling_note
+    from posenc.extrapolate import scaling_note
     from posenc.folders import check_destination, moved, updating
     from posenc.runs import find_runs
     from posenc.store import merge, read_results, write_results
@@ -98,7 +92,7 @@ def extrapolate(
     try:
         wanted = parse_lengths(lengths)
         scalings = parse_scalings(rope_scaling, rope_factor)
-        _check_eval_options(sequences, device)
+        check_eval_options(sequences, device)
         found = find_runs(runs or _default_runs())
         check_destination(out)
         read_results(out)  # read before the long work: a bad --out or damaged table fails early
@@ -152,7 +146,7 @@ def compare(
     Reuses evaluations in OUT's tables, evaluates only missing (run, length) pairs, never trains.
     """
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.extrapolate import parse_lengths, parse_scalings, run_config, scaling_note
+    from posenc.extrapolate import run_config, scaling_note
     from posenc.folders import check_destination
     from posenc.pipeline import compare_into
     from posenc.runs import find_runs
@@ -164,7 +158,7 @@ def compare(
         if wanted is None:
             parse_lengths(str(up_to))  # same range check as --lengths
         scalings = parse_scalings(rope_scaling, rope_factor)
-        _check_eval_options(sequences, device)
+        check_eval_options(sequences, device)
         found = find_runs(runs or _default_runs())
         choices = None
         if choose is not None:
@@ -280,13 +274,13 @@ def kernels(
     """
     from posenc.folders import check_destination, moved, updating
     from posenc.kernel_views import summary, summary_markdown, write_figures
-    from posenc.kernels import TABLE_STEM, kernel_table, parse_encoders, parse_scaling
+    from posenc.kernels import TABLE_STEM, kernel_table
     from posenc.runs import find_runs
     from posenc.tables import write_tables
 
     try:
         names = parse_encoders(encoders)
-        methods = parse_scaling(rope_scaling)
+        methods = [scaling.method for scaling in parse_scalings(rope_scaling)]
         check_destination(out)
         found = find_runs(runs) if runs else []
         result = kernel_table(names, found, max_distance, methods, factor)

@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from posenc.arguments import NO_SCALING
 from posenc.stats import group_estimate
 from posenc.store import KEY, NO_DEPTH, Results, describe_config, differing_keys
 
@@ -22,7 +23,6 @@ GROUP = ["task", "encoder", "config_id", "train_length", "eval_length", "scaling
 METRICS = ("exact_match", "token_accuracy", "loss")
 BOUNDED = {"exact_match": True, "token_accuracy": True, "loss": False}
 TABLE_STEM = "comparison"
-NO_SCALING = "none"
 NOT_LEARNED = "not learned"
 
 

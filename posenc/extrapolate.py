@@ -18,8 +18,8 @@ import yaml
 
 from posenc import files as run_files
 from posenc import runs as run_dirs
+from posenc.arguments import NO_SCALING
 from posenc.encoders import ENCODERS
-from posenc.config import MAX_LENGTH
 from posenc.files import learned_from_metrics
 from posenc.tasks import has_mastery_criterion
 from posenc.errors import PosencError, PositionRangeError
@@ -34,40 +34,6 @@ if TYPE_CHECKING:
 # One row per (run, evaluation length, RoPE scaling, depth), columns :data:`posenc.store.COLUMNS`:
 # ``scaling`` is "none" (the encoder as trained) or an evaluation-time RoPE extension method (":<factor>"
 # when the factor was fixed by the user); ``depth`` is NaN except for tasks evaluated at several depths.
-NO_SCALING = "none"
-
-
-def parse_lengths(text: str) -> list[int]:
-    """``"512,2048,8192"`` -> ``[512, 2048, 8192]``; anything else raises a one-line :class:`PosencError`."""
-    lengths = []
-    for part in text.split(","):
-        part = part.strip()
-        if not re.fullmatch(r"[0-9]+", part):  # ASCII digits only: str.isdigit accepts "²"
-            raise PosencError(f"--lengths: {part!r} is not a positive integer (expected e.g. 512,2048,8192)")
-        value = int(part)
-        if not 1 <= value <= MAX_LENGTH:
-            raise PosencError(f"--lengths: {value} is out of range; lengths must be in 1..{MAX_LENGTH}")
-        lengths.append(value)
-    return sorted(set(lengths))
-
-
-def parse_scalings(text: str, factor: float | None = None) -> list[RopeScaling]:
-    """``"none,yarn"`` -> RoPE scalings (each with ``factor``; None: it follows the evaluation length).
-
-    Unknown methods or a non-positive factor raise a one-line :class:`PosencError` listing the known ones.
-    """
-    from posenc.functional.rope_scaling import ROPE_SCALING, RopeScaling
-
-    if factor is not None and not (math.isfinite(factor) and factor > 0):
-        raise PosencError(f"--rope-factor must be a positive number, got {factor}")
-    methods = []
-    for part in text.split(","):
-        part = part.strip()
-        if part not in ROPE_SCALING:
-            raise PosencError(f"--rope-scaling: unknown method {part!r}; known methods: {', '.join(ROPE_SCALING)}")
-        if part not in methods:
-            methods.append(part)
-    return [RopeScaling(m, None if m == NO_SCALING else factor) for m in methods]
 
 
 def scaling_label(scaling: RopeScaling) -> str:

@@ -39,8 +39,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from posenc import arguments
 from posenc import functional as F
-from posenc.encoders import ENCODERS, AttentionShape, PositionalEncoder, build_encoder
+from posenc.encoders import AttentionShape, PositionalEncoder, build_encoder
 from posenc.errors import PosencError, PositionRangeError
 from posenc.kernel_views import UNTRAINED
 
@@ -48,7 +49,6 @@ from posenc.kernel_views import UNTRAINED
 DEFAULT_SHAPE = AttentionShape(d_model=128, n_heads=4)
 #: Training length of the untrained default encoders: conf/task/copy.yaml's task.length.
 DEFAULT_TRAIN_LENGTH = 64
-MAX_DISTANCE = 1 << 16  # longest --max-distance: the kernel is computed at every distance up to it
 DENSE_UP_TO = 4096  # the table keeps every distance up to here, then POINTS_PER_OCTAVE per octave
 POINTS_PER_OCTAVE = 256
 COMPONENTS = ("rotary", "rotary_bound", "bias", "absolute")
@@ -218,15 +218,6 @@ def kernel(
 # ----------------------------------------------------------------------------------------- RoPE scaling
 
 
-def parse_scaling(text: str) -> list[str]:
-    """RoPE scaling methods from ``--rope-scaling``, parsed as ``posenc extrapolate`` does
-    (:func:`posenc.extrapolate.parse_scalings`); ``none`` = as trained (``set_rope_scaling(None)``: an
-    encoder with its own default scaling, such as ``rope_ntk``, keeps it). Unknown methods raise."""
-    from posenc.extrapolate import parse_scalings
-
-    return [scaling.method for scaling in parse_scalings(text)]
-
-
 def scaled(encoder: PositionalEncoder, method: str, factor: float) -> PositionalEncoder | None:
     """A copy of ``encoder`` under RoPE scaling ``method`` at ``factor``; None if it takes no RoPE scaling.
 
@@ -242,21 +233,6 @@ def scaled(encoder: PositionalEncoder, method: str, factor: float) -> Positional
 
 
 # ------------------------------------------------------------------------------------------ whole table
-
-
-def parse_encoders(text: str | None) -> list[str]:
-    """Registry keys from ``--encoders`` (None: all); an unknown key raises with the known ones."""
-    return ENCODERS.parse(text, "--encoders")
-
-
-def check_max_distance(max_distance: int) -> None:
-    if not 1 <= max_distance <= MAX_DISTANCE:
-        raise PosencError(f"--max-distance must be between 1 and {MAX_DISTANCE}, got {max_distance}")
-
-
-def check_factor(factor: float) -> None:
-    if not (math.isfinite(factor) and factor >= 1):
-        raise PosencError(f"--factor must be a finite number >= 1, got {factor}")
 
 
 def encoder_kernels(
@@ -287,8 +263,8 @@ def kernel_table(
     from posenc.runs import load_run
     from posenc.tables import describe_run
 
-    check_max_distance(max_distance)
-    check_factor(factor)
+    arguments.check_max_distance(max_distance)
+    arguments.check_factor(factor)
     loaded = [(load_run(run), describe_run(run)) for run in runs]  # a bad run fails before any work
     trained = {cfg.encoder.name for (cfg, _, _), _ in loaded}
     tables: list[pd.DataFrame] = []

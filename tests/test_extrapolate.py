@@ -1,4 +1,4 @@
-"""Evaluating trained runs at lengths: the option parsers, what is evaluated (learned runs past their training
+"""Evaluating trained runs at lengths: what is evaluated (learned runs past their training
 length, not-learned runs at it only), and the three tables it returns."""
 
 import math
@@ -7,31 +7,8 @@ import pytest
 from conftest import learned_run, tiny_config, tiny_dict
 
 from posenc.errors import PosencError
-from posenc.extrapolate import extrapolate, parse_lengths, parse_scalings, run_config, scaling_label
+from posenc.extrapolate import extrapolate, run_config
 from posenc.store import COLUMNS, POSITION_COLUMNS, SEQUENCE_COLUMNS, run_identity
-
-
-def test_parse_lengths():
-    assert parse_lengths("512,2048, 8192,512") == [512, 2048, 8192]
-    assert parse_lengths("16") == [16]
-
-
-@pytest.mark.parametrize("text", ["²", "6²", "٣", "1e3", "0x10", "", "5,", "+5", "-8", "0", "99999999", "1.5"])
-def test_parse_lengths_refuses_anything_but_ascii_positive_integers_in_one_line(text):
-    with pytest.raises(PosencError) as err:
-        parse_lengths(text)
-    message = str(err.value)
-    assert message.startswith("--lengths: ") and len(message.splitlines()) == 1
-
-
-def test_parse_scalings():
-    methods = parse_scalings("none, yarn,linear,yarn")
-    assert [scaling_label(s) for s in methods] == ["none", "yarn", "linear"]
-    assert [scaling_label(s) for s in parse_scalings("none,ntk", 4.0)] == ["none", "ntk:4"]
-    with pytest.raises(PosencError, match="unknown method 'rope'; known methods: none, linear"):
-        parse_scalings("rope")
-    with pytest.raises(PosencError, match="--rope-factor must be a positive number"):
-        parse_scalings("yarn", 0.0)
 
 
 def test_a_single_scaling_method_labels_only_rotary_runs_with_it(trained_runs):

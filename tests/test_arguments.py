@@ -1,0 +1,68 @@
+"""Command-line values (posenc.arguments): every bad value is one error line naming its option."""
+
+import pytest
+
+from posenc.arguments import (
+    MAX_DISTANCE,
+    check_eval_options,
+    check_factor,
+    check_max_distance,
+    parse_encoders,
+    parse_lengths,
+    parse_scalings,
+)  # fmt: skip
+from posenc.encoders import ENCODERS
+from posenc.errors import PosencError
+from posenc.extrapolate import scaling_label
+
+
+def test_parse_lengths():
+    assert parse_lengths("512,2048, 8192,512") == [512, 2048, 8192]
+    assert parse_lengths("16") == [16]
+
+
+@pytest.mark.parametrize("text", ["²", "6²", "٣", "1e3", "0x10", "", "5,", "+5", "-8", "0", "99999999", "1.5"])
+def test_parse_lengths_refuses_anything_but_ascii_positive_integers_in_one_line(text):
+    with pytest.raises(PosencError) as err:
+        parse_lengths(text)
+    message = str(err.value)
+    assert message.startswith("--lengths: ") and len(message.splitlines()) == 1
+
+
+def test_parse_scalings():
+    methods = parse_scalings("none, yarn,linear,yarn")
+    assert [scaling_label(s) for s in methods] == ["none", "yarn", "linear"]
+    assert [scaling_label(s) for s in parse_scalings("none,ntk", 4.0)] == ["none", "ntk:4"]
+    with pytest.raises(PosencError, match="unknown method 'rope'; known methods: none, linear"):
+        parse_scalings("rope")
+    with pytest.raises(PosencError, match="--rope-factor must be a positive number"):
+        parse_scalings("yarn", 0.0)
+
+
+def test_parse_encoders_defaults_to_the_whole_registry():
+    assert parse_encoders(None) == list(ENCODERS)
+    assert parse_encoders("t5,rope") == ["t5", "rope"]
+    with pytest.raises(PosencError, match="unknown encoder .bogus.; known encoders: nope"):
+        parse_encoders("rope,bogus")
+
+
+@pytest.mark.parametrize(("check", "value", "message"), [
+    (lambda: check_eval_options(0, "cpu"), None, "--sequences must be >= 1, got 0"),
+    (lambda: check_eval_options(None, "tpu"), None, "--device must be auto, cpu or cuda; got 'tpu'"),
+    (lambda: check_max_distance(0), None, f"--max-distance must be between 1 and {MAX_DISTANCE}, got 0"),
+    (lambda: check_max_distance(MAX_DISTANCE + 1), None, "--max-distance must be between 1"),
+    (lambda: check_factor(0.5), None, "--factor must be a finite number >= 1, got 0.5"),
+    (lambda: check_factor(float("nan")), None, "--factor must be a finite number >= 1, got nan"),
+])  # fmt: skip
+def test_checks_refuse_in_one_line(check, value, message):
+    with pytest.raises(PosencError) as err:
+        check()
+    assert str(err.value).startswith(message) and len(str(err.value).splitlines()) == 1
+
+
+def test_checks_accept_the_edges():
+    check_eval_options(None, "auto")
+    check_eval_options(1, "cuda")
+    check_max_distance(1)
+    check_max_distance(MAX_DISTANCE)
+    check_factor(1.0)
