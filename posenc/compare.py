@@ -113,7 +113,9 @@ def aggregate(results: Results) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# The option naming each task's answer alphabet, and its size when the option is not in the config.
+# The option naming each task's answer alphabet, and its size when the option is not in the config: the tasks'
+# `answer_alphabet`, written here so that tables are read without torch (tests/test_compare.py holds the two
+# equal for every registry task, defaults and options).
 _ANSWER_ALPHABET = {"copy": ("n_symbols", 16), "reverse": ("n_symbols", 16), "retrieval": ("n_values", 32),
                     "passkey": (None, 10)}  # passkey answers are digits
 
@@ -144,7 +146,8 @@ def labels(table: pd.DataFrame) -> pd.Series:
 
 
 def report_metrics(task: str) -> tuple[str, ...]:
-    """The metrics tables and figures show for ``task`` (its ``report_metrics``; lm: perplexity first)."""
+    """The metrics tables and figures show for ``task``: its ``report_metrics`` (lm: perplexity first), read
+    without torch (tests/test_compare.py holds the two equal for every registry task)."""
     return ("perplexity", "token_accuracy", "loss") if task == "lm" else ("exact_match", "token_accuracy", "loss")
 
 

@@ -76,11 +76,12 @@ def _figures(results: Results, comparison: pd.DataFrame, out_dir: Path) -> dict[
 
 
 REFERENCE = Side("rope")  # paired differences are shown against the most widely used encoder
+PAIRED_FACTORS = (2, 4)  # ... at these multiples of the training length: just past it, and well past it
 
 
 def paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str, metric: str) -> pd.DataFrame | None:
     """Each learned encoder (as trained) minus :data:`REFERENCE` on ``metric``, paired by sequence, with its
-    95% interval (:func:`posenc.stats.paired_difference`), at 2x and 4x the training length; None when the
+    95% interval (:func:`posenc.stats.paired_difference`), at :data:`PAIRED_FACTORS`; None when the
     reference did not learn ``task`` or was not run."""
     if not evidence.learned(task, REFERENCE):
         return None
@@ -90,7 +91,7 @@ def paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str, m
         if encoder == REFERENCE.encoder:
             continue
         row = {"encoder": f"{encoder} − {REFERENCE.encoder}"}
-        for factor in (2, 4):
+        for factor in PAIRED_FACTORS:
             a = evidence.values(task, Side(encoder), factor, metric)
             b = evidence.values(task, REFERENCE, factor, metric)
             row[f"{factor}×"] = "—" if not a or not b else paired_difference(a, b, metric != "loss").format(signed=True)

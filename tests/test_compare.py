@@ -13,6 +13,8 @@ import pytest
 from conftest import LEARNS, TINY, posenc_cli
 from fake_results import fake_run, results_of
 
+from posenc.tasks import TASKS
+
 from posenc.compare import aggregate, cell, labels, pivot, steps_table, variants, with_depth_means
 from posenc.extrapolate import doubling_lengths
 from posenc.report import same_report
@@ -326,3 +328,20 @@ def test_chance_token_accuracy_is_a_uniform_guess_over_the_answer_alphabet():
     assert chance_token_accuracy(config(name="passkey")) == 1 / 10
     assert math.isnan(chance_token_accuracy(config(name="lm")))
     assert math.isnan(chance_token_accuracy(None))
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_torch_free_task_facts_are_the_tasks_own(name):
+    """compare reads tables without torch, so it keeps a copy of two task facts: each must be the task's."""
+    import json
+
+    from posenc.compare import chance_token_accuracy, report_metrics
+    from posenc.tasks import build_task
+
+    assert report_metrics(name) == TASKS[name].report_metrics
+    option = {"copy": "n_symbols", "reverse": "n_symbols", "retrieval": "n_values"}.get(name)
+    for given in ({}, {option: 7} if option else {}):
+        # lm builds nothing here (it would read its corpus): its alphabet is the class's
+        alphabet = TASKS[name].answer_alphabet if name == "lm" else build_task(name, given).answer_alphabet
+        chance = chance_token_accuracy(json.dumps({"task": {"name": name, **given}}))
+        assert chance == (1 / alphabet if alphabet else pytest.approx(math.nan, nan_ok=True))

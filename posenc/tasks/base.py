@@ -55,6 +55,8 @@ class Task:
     vocab_size: int
     #: Relative depths evaluation reports separately (see :meth:`at_depth`); empty: no depth axis.
     eval_depths: ClassVar[tuple[float, ...]] = ()
+    #: How many tokens an answer token is drawn from (a uniform guess scores 1/this); None: no fixed one (lm).
+    answer_alphabet: int | None = None
     #: Whether the model reads each answer token after predicting it (teacher forcing); False: the input
     #: holds another token there (:meth:`inputs`), so targets are the inputs shifted except at answers.
     answers_read: ClassVar[bool] = True

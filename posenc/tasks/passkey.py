@@ -54,6 +54,7 @@ class Passkey(Task):
         if depth is not None and math.isnan(depth):
             raise ConfigError("task.depth must be a number, got nan")
         self.key_length = key_length
+        self.answer_alphabet = N_DIGITS
         self.depth = None if depth is None or depth < 0 else float(depth)
         self.min_length = 2 * key_length + 2  # BOS KEY k.. SEP k.. with no filler: length + 1 tokens
 

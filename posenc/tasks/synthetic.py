@@ -19,7 +19,7 @@ class Copy(Task):
     def __init__(self, *, n_symbols: int = 16) -> None:
         if n_symbols < 2:
             raise ConfigError(f"task.n_symbols must be >= 2, got {n_symbols}")
-        self.n_symbols = n_symbols
+        self.n_symbols = self.answer_alphabet = n_symbols
         self.vocab_size = 2 + n_symbols
 
     def _answer(self, symbols: Tensor) -> Tensor:
@@ -80,6 +80,7 @@ class Retrieval(Task):
                 f"(distinct keys and values per sequence); got {n_pairs}, {n_keys}, {n_values}, {n_noise}"
             )
         self.n_pairs, self.n_keys, self.n_values, self.n_noise = n_pairs, n_keys, n_values, n_noise
+        self.answer_alphabet = n_values
         self.vocab_size = 2 + n_keys + n_values + n_noise
         self.min_length = 4 * n_pairs  # BOS, the pairs and a query slot per pair (the last value unread)
 
