@@ -84,10 +84,11 @@ def extrapolate(
     """
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.extrapolate import scaling_note
-    from posenc.folders import check_destination, moved, updating
+    from posenc.folders import check_destination
+    from posenc.pipeline import store_into
     from posenc.runs import find_runs
-    from posenc.store import merge, read_results, write_results
-    from posenc.views import summary, summary_markdown
+    from posenc.store import read_results
+    from posenc.views import summary
 
     try:
         wanted = parse_lengths(lengths)
@@ -97,9 +98,7 @@ def extrapolate(
         check_destination(out)
         read_results(out)  # read before the long work: a bad --out or damaged table fails early
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, scalings=scalings)
-        with updating(out) as stage:  # merge into the tables as they are now: another command may have written them
-            merged = merge(read_results(out), new)
-            paths = moved(write_results(stage, merged, summary=summary_markdown(merged.evaluations)), stage, out)
+        paths = store_into(out, new)
     except PosencError as err:
         fail(str(err))
     except KeyboardInterrupt:  # tables are written only at the end, atomically: nothing is half-written

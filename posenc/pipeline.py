@@ -2,8 +2,9 @@
 folder's store, select what is compared, aggregate, render - all into a staging copy of the folder that
 replaces it in one step (posenc.folders.updating: a reader sees the old set or the new, never a mix).
 
-    posenc compare:  extrapolate (new rows) -> compare_into(out) -> store.merge -> aggregate -> render
-    posenc report:   regenerate(out)        -> store.read        -> aggregate -> render
+    posenc extrapolate:  extrapolate (new rows) -> store_into(out)   -> store.merge -> write
+    posenc compare:      extrapolate (new rows) -> compare_into(out) -> store.merge -> aggregate -> render
+    posenc report:       regenerate(out)        -> store.read        -> aggregate -> render
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ def _write(out: Path, chosen: Results, command: str, choices: pd.DataFrame | Non
     text, figures = render(chosen, comparison, out, command, choices)
     run_files.atomic_write_text(out / REPORT, text)
     return comparison, paths, figures
+
+
+def store_into(out: Path, new: Results) -> list[Path]:
+    """Merge ``new`` into ``out``'s store and write its tables (``posenc extrapolate``); the paths written."""
+    with updating(out) as stage:  # merge into the tables as they are now: another command may have written them
+        merged = merge(read_results(out), new)
+        paths = write_results(stage, merged, summary=summary_markdown(merged.evaluations))
+    return moved(paths, stage, out)
 
 
 def compare_into(
