@@ -10,9 +10,8 @@ import torch
 import yaml
 
 from importlib.resources import files
-from posenc import functional as F
 from posenc.encoders import ENCODERS, AttentionShape, RotaryEncoder, build_encoder
-from posenc.errors import ConfigError, PositionRangeError
+from posenc.errors import ConfigError
 
 CONF = Path(str(files("posenc.conf") / "encoder"))
 SHAPE = AttentionShape(d_model=32, n_heads=4)
@@ -76,42 +75,6 @@ def test_unknown_encoder_and_option_are_refused_with_the_known_ones():
         build_encoder("xpos", SHAPE, 16, {"gama": 0.4})
     with pytest.raises(ConfigError, match="encoder.base must be of type float"):
         build_encoder("rope", SHAPE, 16, {"base": "big"})
-
-
-def test_learned_table_reports_positions_it_does_not_have():
-    encoder = build_encoder("learned", SHAPE, train_length=16)
-    encoder.check_positions(16)
-    with pytest.raises(PositionRangeError, match="has 16 positions"):
-        encoder.check_positions(17)
-    with pytest.raises(PositionRangeError):
-        encoder.embed(torch.randn(1, 17, 32), torch.arange(17))
-
-
-def test_rope_ntk_is_rope_up_to_train_length_and_ntk_beyond():
-    rope = build_encoder("rope", SHAPE, train_length=16)
-    ntk = build_encoder("rope_ntk", SHAPE, train_length=16)
-    q, k = torch.randn(1, 4, 16, 8), torch.randn(1, 4, 16, 8)
-    for a, b in zip(rope.rotate(q, k, torch.arange(16)), ntk.rotate(q, k, torch.arange(16))):
-        torch.testing.assert_close(a, b)
-    expected = F.rope_inv_freq(8, F.ntk_base(10000.0, 8, 64 / 16))
-    torch.testing.assert_close(ntk.scaling_for(64)[0], expected)
-    q, k = torch.randn(1, 4, 64, 8), torch.randn(1, 4, 64, 8)
-    torch.testing.assert_close(ntk.rotate(q, k, torch.arange(64))[0], F.apply_rope(q, torch.arange(64), expected))
-
-
-def test_alibi_bias_uses_the_paper_slopes():
-    encoder = build_encoder("alibi", SHAPE, 16)
-    bias = encoder.score_bias(torch.arange(5), torch.arange(5))
-    torch.testing.assert_close(bias[:, 4, 0], -4 * F.alibi_slopes(4))
-
-
-def test_sinusoidal_adds_the_table_to_the_embeddings():
-    # The sqrt(d_model) scale of the paper (§3.4) is applied by the model for every encoder (test_model.py),
-    # so the encoder itself only adds its table.
-    encoder = build_encoder("sinusoidal", SHAPE, 16)
-    x = torch.randn(1, 6, 32)
-    expected = x + F.sinusoidal_table(torch.arange(6), 32)
-    torch.testing.assert_close(encoder.embed(x, torch.arange(6)), expected)
 
 
 @pytest.mark.parametrize("name", ENCODERS)

@@ -1,77 +1,12 @@
-"""The formula API against the papers' math and against reference numbers computed by hand."""
+"""posenc.functional.rotary: RoPE, the NTK-aware base and xPos against the papers' math and hand-computed numbers."""
 
 import math
 
 import pytest
 import torch
+from formula_tolerances import DTYPES, tol
 
 from posenc import functional as F
-
-DTYPES = [torch.float32, torch.float64]
-
-
-def tol(dtype):
-    return {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 1e-12, "rtol": 1e-12}
-
-
-# --- sinusoidal (Vaswani et al. 2017, §3.5) -------------------------------------------------------------
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_sinusoidal_matches_formula_and_keeps_dtype(dtype):
-    positions = torch.tensor([0.0, 1.0, 7.0], dtype=dtype)
-    table = F.sinusoidal_table(positions, dim=4)
-    assert table.shape == (3, 4) and table.dtype == dtype
-    # p[i, 2t] = sin(i / 10000**(2t/4)), p[i, 2t+1] = cos(...): frequencies 1 and 1/100
-    expected = torch.tensor(
-        [[0.0, 1.0, 0.0, 1.0],
-         [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)],
-         [math.sin(7), math.cos(7), math.sin(0.07), math.cos(0.07)]],
-        dtype=dtype,
-    )  # fmt: skip
-    torch.testing.assert_close(table, expected, **tol(dtype))
-
-
-def test_sinusoidal_integer_positions_and_odd_dim():
-    table = F.sinusoidal_table(torch.arange(5), dim=5)
-    assert table.shape == (5, 5) and table.dtype == torch.float32
-    torch.testing.assert_close(table[:, 4], torch.sin(torch.arange(5.0) / 10000 ** (4 / 5)))
-
-
-def test_sinusoidal_rows_are_unique_over_long_range():
-    table = F.sinusoidal_table(torch.arange(8192), dim=128, base=10000.0)
-    distances = torch.cdist(table[:2048], table[:2048])
-    distances.fill_diagonal_(float("inf"))
-    assert distances.min() > 1e-3
-
-
-# --- ALiBi (Press et al. 2022) ---------------------------------------------------------------------------
-
-
-def test_alibi_slopes_8_heads_are_the_papers_sequence():
-    expected = torch.tensor([1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128, 1 / 256])
-    torch.testing.assert_close(F.alibi_slopes(8), expected)
-
-
-def test_alibi_slopes_12_heads_interleave_the_16_head_sequence():
-    # 8 heads' slopes, then the odd-indexed slopes of 16 heads (2**-0.5, 2**-1.5, 2**-2.5, 2**-3.5),
-    # as in the authors' reference code for head counts that are not powers of two.
-    expected = [2.0**-k for k in range(1, 9)] + [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5]
-    torch.testing.assert_close(F.alibi_slopes(12, dtype=torch.float64), torch.tensor(expected, dtype=torch.float64))
-
-
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 16, 24])
-def test_alibi_slopes_are_distinct_and_in_unit_interval(n):
-    slopes = F.alibi_slopes(n)
-    assert slopes.shape == (n,) and len(set(slopes.tolist())) == n
-    assert ((slopes > 0) & (slopes < 1)).all()
-
-
-def test_alibi_bias_is_minus_slope_times_distance():
-    bias = F.alibi_bias(torch.tensor([0.5, 0.25]), torch.arange(3), torch.arange(3))
-    assert bias.shape == (2, 3, 3)
-    torch.testing.assert_close(bias[0].tril(), torch.tensor([[0.0, 0, 0], [-0.5, 0, 0], [-1.0, -0.5, 0]]))
-    torch.testing.assert_close(bias[1, 2, 0], torch.tensor(-0.5))
 
 
 # --- RoPE (Su et al. 2021) and NTK-aware base -----------------------------------------------------------
