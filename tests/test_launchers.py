@@ -20,26 +20,30 @@ def _finished(sweep: Path) -> dict[str, dict]:
             json.loads(p.read_text()) for p in sweep.rglob(METRICS_FILE)}
 
 
-def test_headline_experiment_composes_the_published_sweep():
+@pytest.mark.parametrize(("experiment", "tasks", "layers"),
+                         [("headline", "copy,reverse", 3), ("headline_retrieval", "retrieval", 2)])
+def test_headline_experiments_compose_the_published_sweep(experiment, tasks, layers):
+    """The headline's two experiment files: every registry encoder (but rope_ntk) x their tasks x 3 seeds,
+    into one sweep folder, with the protocol's budget and model."""
     from posenc.config import run_config_from_dict
     from posenc.encoders import ENCODERS
 
-    cfg = compose_dict(["experiment=headline"])
+    cfg = compose_dict([f"experiment={experiment}"])
     assert cfg["encoder"]["name"] == "rope" and cfg["task"]["length"] == 32 and cfg["model"]["d_model"] == 64
-    assert cfg["model"]["n_layers"] == 3
+    assert cfg["model"]["n_layers"] == layers
     assert cfg["train"]["steps"] == 8000 and cfg["train"]["check_every"] == 100  # a budget, stopped when learned
     assert cfg["train"]["target_exact_match"] == 0.99 and cfg["task"]["variable_length"] is False
-    result = posenc_cli("train", "experiment=headline", "--cfg", "hydra", cwd=Path.cwd())
+    result = posenc_cli("train", f"experiment={experiment}", "--cfg", "hydra", cwd=Path.cwd())
     assert result.returncode == 0, result.stderr
     hydra = yaml.safe_load(result.stdout)["hydra"]
     params = hydra["sweeper"]["params"]
     encoders = params["encoder"].split(",")
     # every encoder of the registry but rope_ntk (rope's checkpoints evaluated with NTK scaling instead)
     assert sorted(encoders) == sorted(name for name in ENCODERS if name != "rope_ntk")
-    assert params["task"] == "retrieval,copy,reverse" and params["seed"] == "0,1,2"  # the slowest first
+    assert params["task"] == tasks and params["seed"] == "0,1,2"
     for task in params["task"].split(","):  # every job of the sweep is a valid configuration
         for encoder in encoders:
-            run_config_from_dict(compose_dict(["experiment=headline", f"task={task}", f"encoder={encoder}"])).build()
+            run_config_from_dict(compose_dict([f"experiment={experiment}", f"task={task}", f"encoder={encoder}"])).build()
     assert hydra["sweep"]["dir"].endswith("multirun/headline")
 
 
