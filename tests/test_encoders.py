@@ -84,7 +84,7 @@ def test_one_capability_says_which_encoders_take_rope_scaling(name):
     from posenc.functional.rope_scaling import RopeScaling
 
     encoder = build_encoder(name, SHAPE, train_length=16)
-    assert encoder.takes_rope_scaling == (name in {"rope", "rope_ntk", "xpos", "rope_partial"})
+    assert encoder.takes_rope_scaling == (name in {"rope", "rope_ntk", "xpos", "rope_partial", "p_rope"})
     if encoder.takes_rope_scaling:
         encoder.set_rope_scaling(RopeScaling("linear", 2.0))
         q = torch.ones(1, SHAPE.n_heads, 8, SHAPE.head_dim)

@@ -22,12 +22,12 @@ from posenc.encoders.base import AttentionShape, NoPE, PositionalEncoder
 from posenc.encoders.bias import ALiBi
 from posenc.encoders.learned_bias import FIRE, KerpleLog, T5Bias
 from posenc.encoders.randomized import Randomized
-from posenc.encoders.rotary import RoPE, RoPENTK, RoPEPartial, RotaryEncoder, XPos
+from posenc.encoders.rotary import PRoPE, RoPE, RoPENTK, RoPEPartial, RotaryEncoder, XPos
 from posenc.registry import Registry
 
 __all__ = [
     "ENCODERS", "AttentionShape", "PositionalEncoder", "RotaryEncoder", "build_encoder", "check_encoder_name",
-    "NoPE", "Sinusoidal", "Learned", "ALiBi", "RoPE", "RoPENTK", "XPos", "RoPEPartial",
+    "NoPE", "Sinusoidal", "Learned", "ALiBi", "RoPE", "RoPENTK", "XPos", "RoPEPartial", "PRoPE",
     "T5Bias", "KerpleLog", "FIRE", "Randomized",
 ]  # fmt: skip
 
@@ -41,6 +41,7 @@ ENCODERS: Registry[PositionalEncoder] = Registry("encoder", {
     "rope_ntk": RoPENTK,
     "xpos": XPos,
     "rope_partial": RoPEPartial,
+    "p_rope": PRoPE,
     "t5": T5Bias,
     "kerple": KerpleLog,
     "fire": FIRE,

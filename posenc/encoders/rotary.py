@@ -18,14 +18,19 @@ class RotaryEncoder(PositionalEncoder):
     """Shared machinery for encoders that rotate dimension pairs of q and k.
 
     The first ``rotary_dim`` dimensions of each head are rotated (all of them unless a subclass says
-    otherwise). At evaluation, :meth:`set_rope_scaling` swaps in a RoPE context-extension method
-    (:mod:`posenc.functional.rope_scaling`) without retraining.
+    otherwise), the rest pass through. Their frequencies are the first ``rotary_dim / 2`` of the spectrum
+    ``base**(-2j/spectrum_dim)``: over the rotated dims themselves by default (GPT-NeoX's partial RoPE), or
+    over the whole head with the lowest frequencies left out (p-RoPE). At evaluation,
+    :meth:`set_rope_scaling` swaps in a RoPE context-extension method (:mod:`posenc.functional.rope_scaling`)
+    without retraining; it rescales the whole spectrum, of which the same first frequencies are used.
 
     Args:
         shape: model dimensions; the head dimension must be even.
         train_length: the longest training sequence (the scaling methods' original context ``L``).
         base: RoPE frequency base, ``> 1``.
         rotary_dim: rotated dimensions per head (even, ``<= head_dim``); ``None``: the whole head.
+        spectrum_dim: the dimension the frequency spectrum is defined over (even, ``>= rotary_dim``);
+            ``None``: ``rotary_dim``.
     """
 
     key: ClassVar[str] = ""  # registry key, for messages
@@ -34,7 +39,8 @@ class RotaryEncoder(PositionalEncoder):
     default_scaling: ClassVar[RopeScaling | None] = None
 
     def __init__(
-        self, shape: AttentionShape, train_length: int, base: float, rotary_dim: int | None = None
+        self, shape: AttentionShape, train_length: int, base: float, rotary_dim: int | None = None,
+        spectrum_dim: int | None = None,
     ) -> None:
         super().__init__(shape, train_length)
         if shape.head_dim % 2:
@@ -46,7 +52,9 @@ class RotaryEncoder(PositionalEncoder):
             raise ConfigError(f"encoder.base must be > 1, got {base}")
         self.base = base
         self.rotary_dim = shape.head_dim if rotary_dim is None else rotary_dim
-        self.register_buffer("inv_freq", F.rope_inv_freq(self.rotary_dim, base), persistent=False)
+        self.spectrum_dim = self.rotary_dim if spectrum_dim is None else spectrum_dim
+        inv_freq = F.rope_inv_freq(self.spectrum_dim, base)[: self.rotary_dim // 2]  # [rotary_dim/2]
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
         self._scaling: RopeScaling | None = type(self).default_scaling
         # (query, key) rotation tables per positions tensor: computed once per forward, not per layer.
         # The model reuses one positions tensor per length, so repeated forwards reuse the tables too.
@@ -73,7 +81,7 @@ class RotaryEncoder(PositionalEncoder):
         """
         if scaling is not None:
             try:  # fail now rather than in the middle of an evaluation
-                scaling.validate().resolve(self.rotary_dim, self.base, self.train_length, self.train_length)
+                scaling.validate().resolve(self.spectrum_dim, self.base, self.train_length, self.train_length)
             except ValueError as err:
                 raise ConfigError(f"encoder '{type(self).key}': {err}") from err
         self._scaling = type(self).default_scaling if scaling is None else scaling
@@ -83,7 +91,8 @@ class RotaryEncoder(PositionalEncoder):
         """``(inv_freq [rotary_dim/2], attention_scale)`` at ``length`` tokens, as the ``inv_freq`` buffer."""
         if self._scaling is None:
             return self.inv_freq, 1.0
-        inv_freq, scale = self._scaling.resolve(self.rotary_dim, self.base, self.train_length, length)
+        inv_freq, scale = self._scaling.resolve(self.spectrum_dim, self.base, self.train_length, length)
+        inv_freq = inv_freq[: self.rotary_dim // 2]  # the frequencies this encoder rotates by
         # Rounded to the trained buffer's dtype: "none" (and NTK at L' <= L) reproduce it bit for bit.
         return inv_freq.to(dtype=self.inv_freq.dtype, device=self.inv_freq.device), scale
 
@@ -102,7 +111,14 @@ class RotaryEncoder(PositionalEncoder):
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         rq, rk = self.rotation_tables(positions, q.shape[-2], _complex_dtype(q))
-        return F.apply_rotation(q, rq), F.apply_rotation(k, rk)
+        r = self.rotary_dim
+        if r == q.shape[-1]:
+            return F.apply_rotation(q, rq), F.apply_rotation(k, rk)
+        # q[..., :r] of a (possibly strided) q is still pair-aligned, so apply_rotation needs no copy.
+        return (
+            torch.cat((F.apply_rotation(q[..., :r], rq), q[..., r:]), dim=-1),
+            torch.cat((F.apply_rotation(k[..., :r], rk), k[..., r:]), dim=-1),
+        )
 
     def _scaled_rotations(self, positions: Tensor, length: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         inv_freq, scale = self.scaling_for(length)
@@ -188,16 +204,33 @@ class RoPEPartial(RotaryEncoder):
         super().__init__(shape, train_length, base, rotary_dim=rotary_dim)
         self.fraction = fraction
 
-    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        rq, rk = self.rotation_tables(positions, q.shape[-2], _complex_dtype(q))
-        r = self.rotary_dim
-        if r == q.shape[-1]:
-            return F.apply_rotation(q, rq), F.apply_rotation(k, rk)
-        # q[..., :r] of a (possibly strided) q is still pair-aligned, so apply_rotation needs no copy.
-        return (
-            torch.cat((F.apply_rotation(q[..., :r], rq), q[..., r:]), dim=-1),
-            torch.cat((F.apply_rotation(k[..., :r], rk), k[..., r:]), dim=-1),
-        )
+
+class PRoPE(RotaryEncoder):
+    """p-RoPE (Barbero et al. 2025, "Round and Round We Go! What makes Rotary Positional Encodings useful?",
+    ICLR, §6): RoPE with the lowest frequencies removed.
+
+    The head's RoPE spectrum ``theta_j = base**(-2j/head_dim)`` is kept for its highest frequencies and the
+    lowest ``removed`` fraction of them is set to zero: those pairs are not rotated and carry content only
+    ("semantic" channels, robust at any distance), while the high frequencies keep positional attention
+    sharp. ``removed = 1 - p`` in the paper's notation (p-RoPE keeps a fraction p); the paper's 0.75-RoPE,
+    which beat RoPE on Gemma 2B, removes 0.25, the default here. ``floor(removed * head_dim / 2)`` pairs
+    are removed. Unlike ``rope_partial`` (GPT-NeoX), whose frequencies span ``1 .. 1/base`` over the rotated
+    dims only, the frequencies kept are exactly RoPE's first ones. Scaling methods rescale the whole
+    spectrum (``head_dim``), of which the same pairs stay rotated.
+    """
+
+    description = "RoPE with its lowest frequencies removed (Barbero et al. 2025)"
+    key = "p_rope"
+
+    def __init__(
+        self, shape: AttentionShape, train_length: int, *, removed: float = 0.25, base: float = 10000.0
+    ) -> None:
+        if not 0 <= removed < 1:
+            raise ConfigError(f"encoder.removed must be in [0, 1), got {removed}")
+        pairs = shape.head_dim // 2
+        kept = pairs - math.floor(removed * pairs + 1e-9)
+        super().__init__(shape, train_length, base, rotary_dim=2 * kept, spectrum_dim=shape.head_dim)
+        self.removed = removed
 
 
 class XPos(RotaryEncoder):

@@ -18,3 +18,42 @@ def test_rope_ntk_is_rope_up_to_train_length_and_ntk_beyond():
     torch.testing.assert_close(ntk.scaling_for(64)[0], expected)
     q, k = torch.randn(1, 4, 64, 8), torch.randn(1, 4, 64, 8)
     torch.testing.assert_close(ntk.rotate(q, k, torch.arange(64))[0], F.apply_rope(q, torch.arange(64), expected))
+
+
+def test_p_rope_keeps_ropes_highest_frequencies_and_leaves_the_lowest_pairs_unrotated():
+    """Barbero et al. 2025: the lowest `removed` fraction of RoPE's spectrum set to zero (head_dim 8: 4
+    pairs, 0.25 removes 1; 0.5 removes 2), the kept pairs rotated exactly as RoPE rotates them."""
+    rope = build_encoder("rope", SHAPE, train_length=16)
+    for removed, kept_pairs in ((0.25, 3), (0.5, 2), (0.0, 4)):
+        p = build_encoder("p_rope", SHAPE, train_length=16, options={"removed": removed})
+        assert p.rotary_dim == 2 * kept_pairs
+        torch.testing.assert_close(p.inv_freq, F.rope_inv_freq(8)[:kept_pairs])
+        q, k = torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)
+        (pq, pk), (rq, rk) = p.rotate(q, k, torch.arange(16)), rope.rotate(q, k, torch.arange(16))
+        r = 2 * kept_pairs
+        torch.testing.assert_close(pq[..., :r], rq[..., :r])  # kept pairs: RoPE's rotation
+        assert torch.equal(pq[..., r:], q[..., r:]) and torch.equal(pk[..., r:], k[..., r:])  # removed: as is
+
+
+def test_p_rope_removed_pairs_carry_no_position_and_scaling_acts_on_the_whole_spectrum():
+    from posenc.functional.rope_scaling import RopeScaling
+
+    p = build_encoder("p_rope", SHAPE, train_length=16, options={"removed": 0.5})
+    q = torch.randn(1, 1, 1, 8).expand(1, 4, 40, 8)
+    rq, rk = p.rotate(q, q, torch.arange(40))
+    scores = (rq[..., 4:] @ rk[..., 4:].transpose(-1, -2))[0, 0]  # the removed (unrotated) pairs alone
+    torch.testing.assert_close(scores, torch.full_like(scores, float(scores[0, 0])))  # the same at any distance
+    p.set_rope_scaling(RopeScaling("linear", 4.0))
+    torch.testing.assert_close(p.scaling_for(64)[0], F.rope_inv_freq(8)[:2] / 4)
+    p.set_rope_scaling(RopeScaling("ntk", 4.0))
+    torch.testing.assert_close(p.scaling_for(64)[0], F.rope_inv_freq(8, F.ntk_base(10000.0, 8, 4.0))[:2])
+
+
+def test_p_rope_refuses_a_fraction_outside_zero_to_one():
+    import pytest
+
+    from posenc.errors import ConfigError
+
+    for removed in (-0.1, 1.0, 1.5):
+        with pytest.raises(ConfigError, match="encoder.removed must be in"):
+            build_encoder("p_rope", SHAPE, train_length=16, options={"removed": removed})
