@@ -112,7 +112,7 @@ class Transformer(nn.Module):
         self.cfg = cfg
         self.encoder = encoder
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg, encoder, attend) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, encoder.for_layer(i), attend) for i in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight  # weight tying, as in GPT-2 / nanoGPT

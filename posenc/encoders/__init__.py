@@ -22,13 +22,14 @@ from posenc.encoders.base import AttentionShape, NoPE, PositionalEncoder
 from posenc.encoders.bias import ALiBi
 from posenc.encoders.learned_bias import FIRE, KerpleLog, T5Bias
 from posenc.encoders.randomized import Randomized
+from posenc.encoders.schedule import Schedule
 from posenc.encoders.rotary import PRoPE, RoPE, RoPENTK, RoPEPartial, RotaryEncoder, XPos
 from posenc.registry import Registry
 
 __all__ = [
     "ENCODERS", "AttentionShape", "PositionalEncoder", "RotaryEncoder", "build_encoder", "check_encoder_name",
     "NoPE", "Sinusoidal", "Learned", "ALiBi", "RoPE", "RoPENTK", "XPos", "RoPEPartial", "PRoPE",
-    "T5Bias", "KerpleLog", "FIRE", "Randomized",
+    "T5Bias", "KerpleLog", "FIRE", "Randomized", "Schedule",
 ]  # fmt: skip
 
 #: The registry: key -> encoder class. ``conf/encoder/<key>.yaml`` exists for every key.
@@ -46,6 +47,7 @@ ENCODERS: Registry[PositionalEncoder] = Registry("encoder", {
     "kerple": KerpleLog,
     "fire": FIRE,
     "randomized": Randomized,
+    "schedule": Schedule,
 })
 
 

@@ -46,6 +46,11 @@ class PositionalEncoder(nn.Module):
         self.shape = shape
         self.train_length = train_length
 
+    def for_layer(self, index: int) -> PositionalEncoder:
+        """The encoder layer ``index`` attends with (its ``rotate`` and score-bias hooks); default: this one,
+        shared by every layer. A per-layer schedule returns one of its parts."""
+        return self
+
     def sample_positions(self, positions: Tensor) -> Tensor:
         """The positions ``[s]`` the other hooks see in this forward pass; default: ``positions`` (``0..s-1``).
 
