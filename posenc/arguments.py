@@ -39,20 +39,57 @@ def parse_lengths(text: str) -> list[int]:
 def parse_scalings(text: str, factor: float | None = None) -> list[RopeScaling]:
     """``"none,yarn"`` -> RoPE scalings (each with ``factor``; None: it follows the evaluation length).
 
-    Unknown methods or a non-positive factor raise a one-line :class:`PosencError` listing the known ones.
+    A method may carry options after a colon, e.g. ``"none,yarn:beta_fast=16,beta_slow=1,llama3"``: a part
+    with ``=`` belongs to the method before it. Option values take the type of the method's default
+    (numbers; ``true``/``false``). Unknown methods or options, bad values or a non-positive factor raise a
+    one-line :class:`PosencError` naming the known ones, as Hugging Face validates ``rope_scaling``.
     """
-    from posenc.functional.rope_scaling import ROPE_SCALING, RopeScaling
+    from posenc.functional.rope_scaling import ROPE_SCALING, RopeScaling, method_options
 
     if factor is not None and not (math.isfinite(factor) and factor > 0):
         raise PosencError(f"--rope-factor must be a positive number, got {factor}")
-    methods = []
-    for part in text.split(","):
-        part = part.strip()
-        if part not in ROPE_SCALING:
-            raise PosencError(f"--rope-scaling: unknown method {part!r}; known methods: {', '.join(ROPE_SCALING)}")
-        if part not in methods:
-            methods.append(part)
-    return [RopeScaling(m, None if m == NO_SCALING else factor) for m in methods]
+    parsed: list[tuple[str, dict[str, object]]] = []
+    for part in (p.strip() for p in text.split(",")):
+        method, colon, option = part.partition(":")
+        if "=" in part and not colon:  # an option of the method before it
+            if not parsed or parsed[-1][0] == NO_SCALING:
+                raise PosencError(f"--rope-scaling: option {part!r} follows no method (e.g. yarn:beta_fast=16)")
+            method, option = parsed[-1][0], part
+        else:
+            if method not in ROPE_SCALING:
+                raise PosencError(f"--rope-scaling: unknown method {method!r}; known methods: {', '.join(ROPE_SCALING)}")
+            parsed.append((method, {}))
+        if option:
+            name, equals, value = option.partition("=")
+            allowed = method_options(method)
+            if not equals or name.strip() not in allowed:
+                raise PosencError(f"--rope-scaling: {method} has no option {option!r}; its options: "
+                                  f"{', '.join(f'{k}=' for k in allowed)}")
+            parsed[-1][1][name.strip()] = _option_value(method, name.strip(), value.strip(), allowed[name.strip()])
+    scalings = []
+    for method, options in parsed:
+        scaling = RopeScaling(method, None if method == NO_SCALING else factor, tuple(options.items()))
+        try:
+            scaling.validate().resolve(64, 10000.0, 64, 64)  # the method's own range checks (beta_fast > beta_slow)
+        except ValueError as err:
+            raise PosencError(f"--rope-scaling: {err}") from err
+        if scaling not in scalings:
+            scalings.append(scaling)
+    return scalings
+
+
+def _option_value(method: str, name: str, text: str, default: object) -> object:
+    """``text`` as the type of the option's default (None: an int, a length)."""
+    want = type(default) if default is not None else int
+    try:
+        if want is bool:
+            if text.lower() not in ("true", "false"):
+                raise ValueError
+            return text.lower() == "true"
+        return want(text)
+    except ValueError:
+        raise PosencError(f"--rope-scaling: {method}: {name} must be {'true or false' if want is bool else f'a number ({want.__name__})'}, "
+                          f"got {text!r}") from None
 
 
 def parse_encoders(text: str | None) -> list[str]:

@@ -32,7 +32,9 @@ DeviceOption = Annotated[str, typer.Option(help="auto | cpu | cuda")]
 ScalingOption = Annotated[
     str,
     typer.Option("--rope-scaling", help="Comma-separated RoPE extension methods to evaluate rotary runs under, "
-                 "without retraining: none (as trained), linear, ntk, dynamic_ntk, yarn, llama3."),
+                 "without retraining: none (as trained), linear, ntk, dynamic_ntk, yarn, llama3; options after a "
+                 "colon, e.g. yarn:beta_fast=16,beta_slow=1 or llama3:low_freq_factor=1,high_freq_factor=4,"
+                 "original_max_position_embeddings=32."),
 ]
 FactorOption = Annotated[
     Optional[float],
@@ -279,10 +281,10 @@ def kernels(
 
     try:
         names = parse_encoders(encoders)
-        methods = [scaling.method for scaling in parse_scalings(rope_scaling)]
+        scalings = parse_scalings(rope_scaling)
         check_destination(out)
         found = find_runs(runs) if runs else []
-        result = kernel_table(names, found, max_distance, methods, factor)
+        result = kernel_table(names, found, max_distance, scalings, factor)
         with updating(out) as stage:
             paths = write_tables(result.table, stage, TABLE_STEM, summary=summary_markdown(result.table, factor),
                                  markdown=False)  # a row per distance: the summary is the Markdown view

@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 
 
 def scaling_label(scaling: RopeScaling) -> str:
-    """The ``scaling`` column's value: the method, plus ``:<factor>`` when the factor is fixed."""
-    return scaling.method if scaling.factor is None else f"{scaling.method}:{scaling.factor:g}"
+    """The ``scaling`` column's value: the method, ``:<factor>`` when the factor is fixed, ``(options)``
+    when any are given (:meth:`RopeScaling.label`)."""
+    return scaling.label()
 
 
 def doubling_lengths(train_length: int, up_to: int) -> list[int]:

@@ -31,6 +31,7 @@ contributes the components whose hooks do something.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ from posenc import arguments
 from posenc import functional as F
 from posenc.encoders import AttentionShape, PositionalEncoder, build_encoder
 from posenc.errors import PosencError, PositionRangeError
+from posenc.functional.rope_scaling import RopeScaling
 from posenc.kernel_views import UNTRAINED
 
 #: Shape of the untrained default encoders: conf/model/small.yaml (d_model 128, 4 heads -> head_dim 32).
@@ -218,17 +220,16 @@ def kernel(
 # ----------------------------------------------------------------------------------------- RoPE scaling
 
 
-def scaled(encoder: PositionalEncoder, method: str, factor: float) -> PositionalEncoder | None:
-    """A copy of ``encoder`` under RoPE scaling ``method`` at ``factor``; None if it takes no RoPE scaling.
+def scaled(encoder: PositionalEncoder, scaling: RopeScaling) -> PositionalEncoder | None:
+    """A copy of ``encoder`` under RoPE ``scaling``; None if it takes no RoPE scaling.
 
-    A bad method or factor for this encoder raises :class:`~posenc.errors.ConfigError` (from the encoder).
+    A bad method, factor or option for this encoder raises :class:`~posenc.errors.ConfigError` (from the
+    encoder).
     """
-    from posenc.functional.rope_scaling import RopeScaling
-
     if not encoder.takes_rope_scaling:
         return None
     encoder = copy.deepcopy(encoder)
-    encoder.set_rope_scaling(RopeScaling(method, factor))
+    encoder.set_rope_scaling(scaling)
     return encoder
 
 
@@ -236,17 +237,20 @@ def scaled(encoder: PositionalEncoder, method: str, factor: float) -> Positional
 
 
 def encoder_kernels(
-    encoder: PositionalEncoder, name: str, source: str, max_distance: int, methods: list[str], factor: float
+    encoder: PositionalEncoder, name: str, source: str, max_distance: int, scalings: list[RopeScaling],
+    factor: float,
 ) -> Kernel:
-    """``encoder``'s kernel plus, for each scaling method other than ``none``, its scaled rotary curves."""
+    """``encoder``'s kernel plus, for each RoPE scaling other than ``none`` (at ``factor``), its scaled rotary
+    curves."""
     result = kernel(encoder, max_distance, name=name, source=source)
     tables = [result.table]
     rotates = result.table["component"].isin(["rotary", "rotary_bound"]).any()
-    for method in methods:
-        variant = scaled(encoder, method, factor) if method != "none" and rotates else None
+    for scaling in scalings:
+        at = dataclasses.replace(scaling, factor=factor)
+        variant = scaled(encoder, at) if scaling.method != arguments.NO_SCALING and rotates else None
         if variant is not None:
-            rotary = kernel(variant, max_distance, name=name, source=source, scaling=method, factor=factor,
-                            components=("rotary", "rotary_bound"))
+            rotary = kernel(variant, max_distance, name=name, source=source, scaling=scaling.label(),
+                            factor=factor, components=("rotary", "rotary_bound"))
             tables.append(rotary.table)
     table = pd.concat(tables, ignore_index=True) if len(tables) > 1 else result.table
     return Kernel(table, result.notes)
@@ -256,7 +260,7 @@ def kernel_table(
     names: list[str],
     runs: list[Path],
     max_distance: int,
-    methods: list[str],
+    scalings: list[RopeScaling],
     factor: float,
 ) -> Kernel:
     """Kernels of the untrained default encoders ``names`` and of the trained ``runs`` (their own encoder)."""
@@ -276,7 +280,7 @@ def kernel_table(
             if name not in trained:
                 notes.append(f"{name}: learned parameters, needs a trained run (--runs)")
             continue
-        result = encoder_kernels(encoder, name, source, max_distance, methods, factor)
+        result = encoder_kernels(encoder, name, source, max_distance, scalings, factor)
         if result.table.empty:
             where = "" if source == UNTRAINED else f" ({source})"
             notes.append(f"{name}{where}: no positional signal in any hook, nothing to plot")

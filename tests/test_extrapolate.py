@@ -106,3 +106,19 @@ def test_xpos_past_float32_range_gives_a_nan_row_with_a_note(tmp_path, always_le
     row = results.evaluations.set_index("eval_length").loc[4096]
     assert math.isnan(row["exact_match"]) and "xpos decay factors leave float32's range" in row["note"]
     assert set(results.sequences["eval_length"]) == {16}
+
+
+def test_rope_method_options_change_results_and_name_their_rows(tmp_path, always_learns):
+    """--rope-scaling yarn:beta_fast=1,beta_slow=0.1 is a scaling of its own: its own rows, other numbers (at
+    head_dim 8 and 16 training tokens, YaRN's default betas and 4, 2 give the same ramp; 300 steps, so that
+    attention is not uniform as at initialisation)."""
+    from posenc.arguments import parse_scalings
+
+    learned_run(tmp_path / "run", "train.steps=300", "train.check_every=300", "train.lr=0.01")  # rope, copy, 16
+    scalings = parse_scalings("yarn,yarn:beta_fast=1,beta_slow=0.1,llama3,llama3:low_freq_factor=2,high_freq_factor=8")
+    results, _ = extrapolate([tmp_path / "run"], [64], sequences=8, device="cpu", progress=False, scalings=scalings)
+    rows = results.evaluations.set_index("scaling")
+    assert list(rows.index) == ["yarn", "yarn(beta_fast=1,beta_slow=0.1)", "llama3",
+                                "llama3(low_freq_factor=2,high_freq_factor=8)"]
+    assert rows.loc["yarn", "loss"] != rows.loc["yarn(beta_fast=1,beta_slow=0.1)", "loss"]
+    assert rows.loc["llama3", "loss"] != rows.loc["llama3(low_freq_factor=2,high_freq_factor=8)", "loss"]

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from posenc import functional as F
 from posenc.cli import app
 from posenc.encoders import build_encoder
-from posenc.functional.rope_scaling import ROPE_SCALING
+from posenc.functional.rope_scaling import ROPE_SCALING, RopeScaling
 from posenc.kernels import (
     COLUMNS,
     DEFAULT_SHAPE,
@@ -101,7 +101,7 @@ def test_ntk_scaling_decays_slower_than_plain_rope():
         assert first_below(ntk, fraction) > first_below(plain, fraction)
     # Through the encoder's set_rope_scaling, as `posenc kernels --rope-scaling ntk` draws it: the same curve.
     encoder = build_encoder("rope", DEFAULT_SHAPE, DEFAULT_TRAIN_LENGTH)
-    table = kernel_table(["rope"], [], 2048, ["none", "ntk", "yarn"], 4.0).table
+    table = kernel_table(["rope"], [], 2048, [RopeScaling("none"), RopeScaling("ntk"), RopeScaling("yarn")], 4.0).table
     assert set(table["scaling"]) == {"none", "ntk", "yarn"}
     assert table.loc[table["scaling"] == "none", "scaling_factor"].isna().all()
     drawn = torch.tensor(curve(table, "rotary_bound", "ntk")["value"].values)
@@ -114,7 +114,7 @@ def test_ntk_scaling_decays_slower_than_plain_rope():
 
 
 def test_learned_encoders_need_a_trained_run_and_nope_has_no_kernel():
-    result = kernel_table(["nope", "learned", "rope"], [], 64, ["none"], 4.0)
+    result = kernel_table(["nope", "learned", "rope"], [], 64, [RopeScaling("none")], 4.0)
     assert set(result.table["encoder"]) == {"rope"}
     assert any("learned" in n and "needs a trained run (--runs)" in n for n in result.notes)
     assert any(n.startswith("nope:") for n in result.notes)
@@ -184,7 +184,7 @@ def test_learned_bias_kernel_is_read_from_a_trained_run(tmp_path):
     run = tmp_path / "fire-run"
     trained = runner.invoke(app, ["train", *TINY, "encoder=fire", f"hydra.run.dir={run}"])
     assert trained.exit_code == 0, trained.output
-    table = kernel_table([], [run], 40, ["none"], 4.0).table
+    table = kernel_table([], [run], 40, [RopeScaling("none")], 4.0).table
     assert set(table["component"]) == {"bias"} and set(table["encoder"]) == {"fire"}
     _, _, model = load_run(run)
     positions = torch.arange(41)

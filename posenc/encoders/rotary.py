@@ -213,10 +213,11 @@ class PRoPE(RotaryEncoder):
     lowest ``removed`` fraction of them is set to zero: those pairs are not rotated and carry content only
     ("semantic" channels, robust at any distance), while the high frequencies keep positional attention
     sharp. ``removed = 1 - p`` in the paper's notation (p-RoPE keeps a fraction p); the paper's 0.75-RoPE,
-    which beat RoPE on Gemma 2B, removes 0.25, the default here. ``floor(removed * head_dim / 2)`` pairs
-    are removed. Unlike ``rope_partial`` (GPT-NeoX), whose frequencies span ``1 .. 1/base`` over the rotated
-    dims only, the frequencies kept are exactly RoPE's first ones. Scaling methods rescale the whole
-    spectrum (``head_dim``), of which the same pairs stay rotated.
+    which beat RoPE on Gemma 2B, removes 0.25, the default here. ``floor(p * head_dim / 2)`` pairs are kept,
+    as in Hugging Face's ``_compute_proportional_rope_parameters`` (``partial_rotary_factor = p``), whose
+    frequencies the tests pin. Unlike ``rope_partial`` (GPT-NeoX), whose frequencies span ``1 .. 1/base``
+    over the rotated dims only, the frequencies kept are exactly RoPE's first ones. Scaling methods rescale
+    the whole spectrum (``head_dim``), of which the same pairs stay rotated.
     """
 
     description = "RoPE with its lowest frequencies removed (Barbero et al. 2025)"
@@ -227,8 +228,7 @@ class PRoPE(RotaryEncoder):
     ) -> None:
         if not 0 <= removed < 1:
             raise ConfigError(f"encoder.removed must be in [0, 1), got {removed}")
-        pairs = shape.head_dim // 2
-        kept = pairs - math.floor(removed * pairs + 1e-9)
+        kept = math.floor((1 - removed) * shape.head_dim / 2 + 1e-9)  # pairs kept: Hugging Face's rope_angles
         super().__init__(shape, train_length, base, rotary_dim=2 * kept, spectrum_dim=shape.head_dim)
         self.removed = removed
 

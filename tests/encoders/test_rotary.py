@@ -57,3 +57,21 @@ def test_p_rope_refuses_a_fraction_outside_zero_to_one():
     for removed in (-0.1, 1.0, 1.5):
         with pytest.raises(ConfigError, match="encoder.removed must be in"):
             build_encoder("p_rope", SHAPE, train_length=16, options={"removed": removed})
+
+
+# Hugging Face transformers 5.23.0, modeling_rope_utils._compute_proportional_rope_parameters of a LlamaConfig
+# with head_dim 16, rope_theta 10000 and rope_parameters {rope_type: proportional, partial_rotary_factor: p}
+# (p-RoPE's p = 1 - removed): the inverse frequencies, zero for the pairs left unrotated.
+HF_PROPORTIONAL = {
+    0.75: [1, 0.3162277639, 0.1000000015, 0.03162277862, 0.009999999776, 0.003162277862, 0, 0],
+    0.5: [1, 0.3162277639, 0.1000000015, 0.03162277862, 0, 0, 0, 0],
+}
+
+
+def test_p_rope_frequencies_are_hugging_faces_proportional_rope():
+    shape = AttentionShape(d_model=64, n_heads=4)  # head_dim 16: 8 pairs
+    for p, reference in HF_PROPORTIONAL.items():
+        encoder = build_encoder("p_rope", shape, train_length=16, options={"removed": 1 - p})
+        full = torch.zeros(8, dtype=torch.float64)
+        full[: encoder.rotary_dim // 2] = encoder.inv_freq
+        torch.testing.assert_close(full, torch.tensor(reference, dtype=torch.float64), rtol=1e-6, atol=0)

@@ -18,6 +18,15 @@ from posenc.functional.rope_scaling import ROPE_SCALING, RopeScaling
 # do not need transformers.
 # (method, head_dim, base, factor, train_length, length, options, attention_factor, {pair index: inv_freq})
 HF_REFERENCE = [
+    # Method options (rope_parameters beta_fast/beta_slow, low_freq_factor/high_freq_factor), the same version.
+    ('yarn', 32, 10000.0, 4.0, 64, 64, {'beta_fast': 16.0, 'beta_slow': 2.0}, 1.138629436111989, {
+        0: 1, 1: 0.4217559695, 2: 0.1581138819, 3: 0.04445698485, 4: 0.02500000037, 5: 0.01405853219,
+        6: 0.007905694656, 7: 0.004445698578, 8: 0.002499999944, 15: 4.445698505e-05,
+    }),
+    ('llama3', 32, 10000.0, 4.0, 64, 64, {'low_freq_factor': 2.0, 'high_freq_factor': 8.0}, 1.0, {
+        0: 1, 1: 0.4026336968, 2: 0.1273239553, 3: 0.04445698485, 4: 0.02500000037, 5: 0.01405853219,
+        8: 0.002499999944, 15: 4.445698505e-05,
+    }),
     ('linear', 32, 10000.0, 2.0, 64, 64, {}, 1.0, {
         0: 0.5, 1: 0.2811706662, 2: 0.1581138819, 3: 0.0889139697, 4: 0.05000000075, 5: 0.02811706439,
         6: 0.01581138931, 7: 0.008891397156, 8: 0.004999999888, 9: 0.002811706625, 10: 0.001581138931,
@@ -387,3 +396,51 @@ def test_rope_scaling_config_resolves_and_validates():
     assert torch.equal(inv_freq, F.ntk_scaling(32, 10000.0, 4.0, 64, 256)[0])
     with pytest.raises(ValueError, match="unknown rope scaling method"):
         RopeScaling("bogus").resolve(32, 10000.0, 64, 256)
+
+
+def test_method_options_are_the_functions_keywords_and_the_original_length():
+    from posenc.functional.rope_scaling import method_options
+
+    assert method_options("yarn") == {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True,
+                                      "original_max_position_embeddings": None}
+    assert method_options("llama3") == {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                        "original_max_position_embeddings": None}
+    assert method_options("none") == {}
+
+
+def test_options_reach_the_method_and_change_its_frequencies():
+    default = RopeScaling("yarn", 4.0).resolve(32, 10000.0, 64, 256)
+    given = RopeScaling("yarn", 4.0, (("beta_fast", 16.0), ("beta_slow", 2.0))).resolve(32, 10000.0, 64, 256)
+    direct = F.yarn_scaling(32, 10000.0, 4.0, 64, 256, beta_fast=16.0, beta_slow=2.0)
+    torch.testing.assert_close(given[0], direct[0], rtol=0, atol=0)
+    assert not torch.equal(given[0], default[0])
+    llama = RopeScaling("llama3", 4.0, (("low_freq_factor", 2.0), ("high_freq_factor", 8.0)))
+    assert not torch.equal(llama.resolve(32, 10000.0, 64, 256)[0], RopeScaling("llama3", 4.0).resolve(32, 10000.0, 64, 256)[0])
+
+
+def test_original_length_replaces_the_training_length_where_methods_read_it():
+    """original_max_position_embeddings is L: the factor that follows the length is L'/L, and the methods'
+    L (YaRN's correction range, Llama 3's wavelength bands) is it too."""
+    scaling = RopeScaling("yarn", None, (("original_max_position_embeddings", 16),))
+    assert scaling.factor_for(64, 256) == 16.0
+    torch.testing.assert_close(scaling.resolve(32, 10000.0, 64, 256)[0],
+                               F.yarn_scaling(32, 10000.0, 16.0, 16, 256)[0], rtol=0, atol=0)
+    assert RopeScaling("yarn").factor_for(64, 256) == 4.0
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ((("beta",  3.0),), "yarn has no option 'beta'; its options: beta_fast, beta_slow, truncate"),
+    ((("beta_fast", "16"),), "option beta_fast must be of type float"),
+    ((("truncate", 1),), "option truncate must be of type bool"),
+    ((("beta_fast", -1.0),), "option beta_fast must be a finite number > 0"),
+    ((("original_max_position_embeddings", 1.5),), "must be of type int"),
+])  # fmt: skip
+def test_bad_options_are_refused_like_hugging_face_validates_rope_scaling(options, message):
+    with pytest.raises(ValueError, match=message):
+        RopeScaling("yarn", 2.0, options).validate()
+
+
+def test_labels_name_the_factor_and_options():
+    assert RopeScaling("yarn").label() == "yarn"
+    assert RopeScaling("yarn", 4.0).label() == "yarn:4"
+    assert RopeScaling("yarn", None, (("beta_fast", 16.0), ("truncate", False))).label() == "yarn(beta_fast=16,truncate=false)"
