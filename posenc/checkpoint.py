@@ -20,7 +20,7 @@ from posenc import runs as run_dirs
 from posenc.errors import PosencError
 
 # Config keys that do not change what is trained, so a run may resume under other values of them.
-NEUTRAL_KEYS = ("progress", "resume", "paths", "device")
+NEUTRAL_KEYS = ("progress", "resume", "paths", "device", "logger")
 # Nested keys that choose how, not what, is computed (same results within fp32 tolerance): a run may be
 # resumed with other values, and a run recorded before they existed still resumes.
 NEUTRAL_NESTED = {"train": ("compile",), "model": ("attention",)}

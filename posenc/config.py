@@ -18,6 +18,7 @@ from posenc.errors import ConfigError
 from posenc.options import checked_value
 from posenc.model import ModelConfig
 from posenc.tasks import build_task, check_task_name
+from posenc.tracking import TRACKERS, LoggerConfig
 
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
 MAX_LAYERS = 256  # deeper than any model posenc is for; deeper ones would stall in construction
@@ -75,6 +76,7 @@ class RunConfig:
     device: str = "auto"  # auto (cuda when present) | cpu | cuda
     progress: bool = True  # live progress bar (switched off for parallel and cluster launchers)
     resume: bool | str = True  # continue from the run dir's checkpoint; false: refuse one; a path: resume it
+    logger: LoggerConfig = field(default_factory=LoggerConfig)  # experiment tracking (posenc.tracking)
 
     def build(self):
         """The task, the encoder and the model this config describes (checks all cross-field rules)."""
@@ -160,7 +162,7 @@ def _positive(where: str, value: float) -> None:
 
 def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     """Convert a resolved config mapping (as composed by Hydra) into a checked :class:`RunConfig`."""
-    known = {"encoder", "task", "model", "train", "seed", "device", "progress", "resume", "paths", "hydra"}
+    known = {"encoder", "task", "model", "train", "seed", "device", "progress", "resume", "paths", "hydra", "logger"}
     for key in cfg:
         if key not in known:
             raise ConfigError(f"unknown config key '{key}'")
@@ -172,6 +174,9 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     model = _typed(ModelConfig, cfg["model"], "model")
     train = _typed(TrainConfig, cfg["train"], "train")
     seed, device, progress = cfg.get("seed", 0), cfg.get("device", "auto"), cfg.get("progress", True)
+    logger = _typed(LoggerConfig, cfg.get("logger") or {"name": "none"}, "logger", extra_to="options")
+    if logger.name not in TRACKERS:
+        raise ConfigError(f"unknown logger '{logger.name}'; known loggers: {', '.join(TRACKERS)}")
     resume = cfg.get("resume", True)
     if type(seed) is not int or not 0 <= seed <= MAX_SEED:
         raise ConfigError(f"seed must be an integer in 0..2**63-1, got {seed!r}")
@@ -205,4 +210,5 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"train.precision must be one of auto, fp32, bf16; got {train.precision!r}")
     if train.warmup_steps < 0 or train.weight_decay < 0 or train.grad_clip < 0:
         raise ConfigError("train.warmup_steps, train.weight_decay and train.grad_clip must be >= 0")
-    return RunConfig(encoder, task, model, train, seed=seed, device=device, progress=progress, resume=resume)
+    return RunConfig(encoder, task, model, train, seed=seed, device=device, progress=progress, resume=resume,
+                     logger=logger)

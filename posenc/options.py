@@ -44,7 +44,7 @@ def check_options(group: str, name: str, cls: type, options: dict[str, Any]) -> 
             if value is None:
                 continue
             hint = str(_annotations(cls).get(key, ""))
-            want = int if hint.startswith("int") else float
+            want = int if hint.startswith("int") else str if hint.startswith("str") else float
             checked[key] = checked_value(f"{group}.{key}", value, want)
             continue
         checked[key] = checked_value(f"{group}.{key}", value, type(default))

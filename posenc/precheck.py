@@ -23,6 +23,7 @@ from posenc.errors import ConfigError, PosencError
 from posenc.files import CHECKPOINT_FILE
 from posenc.folders import check_writable
 from posenc.tasks import TASKS
+from posenc.tracking import check_logger
 
 MAX_COMBINATIONS = 64  # beyond this, each value once with the others' first, and every encoder x task
 _SWEEP_FUNCTION = re.compile(r"=\s*\w+\(")  # range(...), choice(...), glob(...), interval(...)
@@ -83,6 +84,7 @@ def precheck(args: list[str]) -> None:
                 cfg = compose(config_name="config", overrides=combination)
                 run_cfg = run_config_from_dict(OmegaConf.to_container(cfg, resolve=True))
                 run_cfg.build()
+                check_logger(run_cfg.logger)  # its package installed, its options known
                 if isinstance(run_cfg.resume, str):
                     check_resume_source(run_cfg.resume)
                 elif run_cfg.resume and len(combinations) == 1:

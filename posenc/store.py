@@ -40,7 +40,7 @@ POSITION_COLUMNS = [*KEY, "position", "bin_width", "correct", "total"]
 NO_DEPTH = -1.0  # the depth key of rows without one (NaN never equals itself in a key)
 
 # Config keys that do not change what a run computes: left out of its identity.
-_NOT_IDENTITY = {"seed", "device", "progress", "resume", "paths", "hydra"}
+_NOT_IDENTITY = {"seed", "device", "progress", "resume", "paths", "hydra", "logger"}
 _NOT_IDENTITY_TRAIN = {"compile", "log_every", "checkpoint_every", "eval_sequences"}
 _NOT_IDENTITY_MODEL = {"attention"}
 

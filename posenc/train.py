@@ -28,6 +28,7 @@ from posenc.config import RunConfig
 from posenc.errors import PosencError
 from posenc.evaluate import Scores, answer_loss, evaluate, resolve_device
 from posenc.progress import live_bars, make_progress
+from posenc.tracking import check_logger, open_tracker
 
 log = logging.getLogger("posenc.train")
 
@@ -83,6 +84,7 @@ def train(
         The final metrics (also written to ``metrics.json``).
     """
     run_dir = Path(run_dir)
+    check_logger(cfg.logger)  # a missing tracking package: refused before anything is written
     state = _state_to_resume(cfg, run_dir, config_dict)
     if state is not None and _finished(state, cfg) and (run_dir / run_files.METRICS_FILE).is_file():
         log.info("%s is finished (step %d); not retraining", run_dir, state["step"])
@@ -132,6 +134,7 @@ def train(
     )
     if task.describe_data():
         log.info("data: %s", task.describe_data())
+    tracker = open_tracker(cfg.logger, run_dir, config_dict)
     start = time.perf_counter()
     finite = torch.ones((), dtype=torch.bool, device=device)  # all losses so far; read only when needed
 
@@ -143,83 +146,88 @@ def train(
                 "(try a lower train.lr)"
             )
 
-    with StopSignals() as stop, make_progress(cfg.progress) as progress:
-        bar = progress.add_task(f"{cfg.encoder.name}/{cfg.task.name}", total=t.steps, completed=first - 1,
-                                loss=math.nan, acc=math.nan)  # fmt: skip
-        mastery = t.check_every > 0 and task.report_metrics[0] == "exact_match"  # lm: no criterion
-        step = first - 1
-        for step in range(first, t.steps + 1):
-            if learned_at is not None:
-                break  # resumed after the criterion was met: nothing left to train
-            length = int(torch.randint(lo, cfg.task.length + 1, (1,), generator=data))  # one per batch
-            batch = task.sample(t.batch_size, length, data).to(device)
-            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-                logits = step_model(batch.inputs)
-                loss = answer_loss(logits.float(), batch)
-            finite &= torch.isfinite(loss)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if t.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-            optimizer.step()
-            model.encoder.project_parameters()  # e.g. KERPLE's r1, r2 >= eps, also when the step is compiled
-            scheduler.step()
-            if step % t.log_every == 0 or step == t.steps:
-                check_finite(step)
-                scores = Scores()  # of this step's batch (no per-step host syncs in between)
-                scores.add(logits.detach().float(), batch)
-                row = {"step": step, "length": length, **scores.means(), "lr": scheduler.get_last_lr()[0]}
-                history.append(row)
-                progress.update(bar, loss=row["loss"], acc=row["token_accuracy"])
-                if not live_bars(cfg.progress) or step % (t.log_every * 10) == 0 or step == t.steps:
-                    log.info("step %d  loss %.4f  token acc %.4f", step, row["loss"], row["token_accuracy"])
-            progress.update(bar, completed=step)
-            if stop.received is not None:
-                check_finite(step)
-                checkpoint(step)
-                name = signal.Signals(stop.received).name
-                raise TrainingInterrupted(
-                    f"{name} at step {step}/{t.steps}: checkpoint saved in {run_dir}; "
-                    "run the same command again to resume", 128 + stop.received,
-                )
-            if mastery and step % t.check_every == 0:
-                score = mastery_check(model, task, cfg.task.length, t.check_sequences)
-                checks.append([step, score])
-                log.info("step %d  held-out exact match %.4f (target %.2f)", step, score, t.target_exact_match)
-                if score >= t.target_exact_match:
-                    learned_at = step
-                    progress.update(bar, completed=t.steps)
-                    break
-            if t.checkpoint_every and step % t.checkpoint_every == 0 and step < t.steps:
-                check_finite(step)
-                checkpoint(step)
-    seconds = elapsed + time.perf_counter() - start
-    trained = learned_at if learned_at is not None else step  # a learned checkpoint resumed trains nothing
+    with tracker:  # closed (flushed, the tracked run ended) however training stops
+        with StopSignals() as stop, make_progress(cfg.progress) as progress:
+            bar = progress.add_task(f"{cfg.encoder.name}/{cfg.task.name}", total=t.steps, completed=first - 1,
+                                    loss=math.nan, acc=math.nan)  # fmt: skip
+            mastery = t.check_every > 0 and task.report_metrics[0] == "exact_match"  # lm: no criterion
+            step = first - 1
+            for step in range(first, t.steps + 1):
+                if learned_at is not None:
+                    break  # resumed after the criterion was met: nothing left to train
+                length = int(torch.randint(lo, cfg.task.length + 1, (1,), generator=data))  # one per batch
+                batch = task.sample(t.batch_size, length, data).to(device)
+                with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                    logits = step_model(batch.inputs)
+                    loss = answer_loss(logits.float(), batch)
+                finite &= torch.isfinite(loss)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if t.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+                optimizer.step()
+                model.encoder.project_parameters()  # e.g. KERPLE's r1, r2 >= eps, also when the step is compiled
+                scheduler.step()
+                if step % t.log_every == 0 or step == t.steps:
+                    check_finite(step)
+                    scores = Scores()  # of this step's batch (no per-step host syncs in between)
+                    scores.add(logits.detach().float(), batch)
+                    row = {"step": step, "length": length, **scores.means(), "lr": scheduler.get_last_lr()[0]}
+                    history.append(row)
+                    tracker.log_metrics(step, {k: v for k, v in row.items() if k != "step"})
+                    progress.update(bar, loss=row["loss"], acc=row["token_accuracy"])
+                    if not live_bars(cfg.progress) or step % (t.log_every * 10) == 0 or step == t.steps:
+                        log.info("step %d  loss %.4f  token acc %.4f", step, row["loss"], row["token_accuracy"])
+                progress.update(bar, completed=step)
+                if stop.received is not None:
+                    check_finite(step)
+                    checkpoint(step)
+                    name = signal.Signals(stop.received).name
+                    raise TrainingInterrupted(
+                        f"{name} at step {step}/{t.steps}: checkpoint saved in {run_dir}; "
+                        "run the same command again to resume", 128 + stop.received,
+                    )
+                if mastery and step % t.check_every == 0:
+                    score = mastery_check(model, task, cfg.task.length, t.check_sequences)
+                    checks.append([step, score])
+                    tracker.log_metrics(step, {"heldout_exact_match": score})
+                    log.info("step %d  held-out exact match %.4f (target %.2f)", step, score, t.target_exact_match)
+                    if score >= t.target_exact_match:
+                        learned_at = step
+                        progress.update(bar, completed=t.steps)
+                        break
+                if t.checkpoint_every and step % t.checkpoint_every == 0 and step < t.steps:
+                    check_finite(step)
+                    checkpoint(step)
+        seconds = elapsed + time.perf_counter() - start
+        trained = learned_at if learned_at is not None else step  # a learned checkpoint resumed trains nothing
 
-    final = evaluate(model, task, cfg.task.length, t.eval_sequences)
-    metrics = {
-        "encoder": cfg.encoder.name, "task": cfg.task.name, "train_length": cfg.task.length,
-        "seed": cfg.seed, "steps": trained, "budget": t.steps, "train_seconds": round(seconds, 2),
-        "device": str(device), "parameters": n_params, "eval_length": cfg.task.length, **final,
-        "steps_to_learn": learned_at, "checks": checks,
-        # Mastery: a check on held-out (validation) sequences reached the target; the final metrics above are
-        # an independent test sample, reported as they are. Without checks (check_every=0) the final exact
-        # match decides; tasks without an exact-match criterion (lm) count as learned.
-        "learned": learned_at is not None if mastery else (
-            final["exact_match"] >= t.target_exact_match if task.report_metrics[0] == "exact_match" else True),
-    }
-    checkpoint(trained)
-    run_files.atomic_write_text(run_dir / run_files.HISTORY_FILE, _csv(history))
-    run_files.write_json(run_dir / run_files.METRICS_FILE, metrics)
-    if not metrics["learned"]:
-        log.warning("NOT LEARNED: held-out exact match stayed below %.2f at length %d for the whole budget "
-                    "(%d steps)", t.target_exact_match, cfg.task.length, t.steps)
-    log.info(
-        "done in %.1f s: exact match %.4f, token accuracy %.4f, loss %.4f at length %d (%d sequences)",
-        seconds, final["exact_match"], final["token_accuracy"], final["loss"], cfg.task.length,
-        final["n_sequences"],
-    )
-    return metrics
+        final = evaluate(model, task, cfg.task.length, t.eval_sequences)
+        metrics = {
+            "encoder": cfg.encoder.name, "task": cfg.task.name, "train_length": cfg.task.length,
+            "seed": cfg.seed, "steps": trained, "budget": t.steps, "train_seconds": round(seconds, 2),
+            "device": str(device), "parameters": n_params, "eval_length": cfg.task.length, **final,
+            "steps_to_learn": learned_at, "checks": checks,
+            # Mastery: a check on held-out (validation) sequences reached the target; the final metrics above are
+            # an independent test sample, reported as they are. Without checks (check_every=0) the final exact
+            # match decides; tasks without an exact-match criterion (lm) count as learned.
+            "learned": learned_at is not None if mastery else (
+                final["exact_match"] >= t.target_exact_match if task.report_metrics[0] == "exact_match" else True),
+        }
+        checkpoint(trained)
+        run_files.atomic_write_text(run_dir / run_files.HISTORY_FILE, _csv(history))
+        run_files.write_json(run_dir / run_files.METRICS_FILE, metrics)
+        tracker.log_final(metrics, [run_dir / name for name in (run_files.CONFIG_FILE, run_files.HISTORY_FILE,
+                                                                run_files.METRICS_FILE)])
+        if not metrics["learned"]:
+            log.warning("NOT LEARNED: held-out exact match stayed below %.2f at length %d for the whole budget "
+                        "(%d steps)", t.target_exact_match, cfg.task.length, t.steps)
+        log.info(
+            "done in %.1f s: exact match %.4f, token accuracy %.4f, loss %.4f at length %d (%d sequences)",
+            seconds, final["exact_match"], final["token_accuracy"], final["loss"], cfg.task.length,
+            final["n_sequences"],
+        )
+        return metrics
 
 
 CHECK_SEED = 4321  # held-out sequences of the mastery checks: neither training data nor the final evaluation's

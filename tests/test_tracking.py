@@ -1,0 +1,95 @@
+"""Experiment tracking (posenc.tracking): each backend, offline, records what a user opens later."""
+
+import json
+
+import pytest
+from conftest import tiny_config, tiny_dict
+
+from posenc.errors import ConfigError
+from posenc.options import keyword_options
+from posenc.store import run_identity
+from posenc.tracking import TRACKERS, LoggerConfig, check_logger, open_tracker
+from posenc.train import train
+
+
+def _train(tmp_path, *overrides):
+    overrides = (*overrides, f"paths.results={tmp_path / 'results'}")
+    run = tmp_path / "run"
+    return run, train(tiny_config(*overrides), run, tiny_dict(*overrides))
+
+
+def test_every_logger_has_a_yaml_of_its_options():
+    import yaml
+    from pathlib import Path
+
+    folder = Path(__file__).parents[1] / "conf" / "logger"
+    assert sorted(p.stem for p in folder.glob("*.yaml")) == sorted(TRACKERS)
+    for name, tracker in TRACKERS.items():
+        options = {k: v for k, v in yaml.safe_load((folder / f"{name}.yaml").read_text()).items() if k != "name"}
+        assert options == keyword_options(tracker), name
+
+
+def test_tensorboard_writes_scalars_by_step_and_the_final_metrics(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run, metrics = _train(tmp_path, "logger=tensorboard", "train.steps=6", "train.check_every=3")
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    assert {"loss", "token_accuracy", "lr", "heldout_exact_match"} <= set(scalars)
+    assert [e.step for e in events.Scalars("loss")] == [2, 4, 6]  # train.log_every=2
+    assert [e.step for e in events.Scalars("heldout_exact_match")] == [3, 6]
+    history = (run / "history.csv").read_text().splitlines()
+    loss = float(history[-1].split(",")[history[0].split(",").index("loss")])
+    assert events.Scalars("loss")[-1].value == pytest.approx(loss)
+    assert "config/text_summary" in events.Tags()["tensors"]
+
+
+def test_mlflow_logs_params_metrics_and_files_into_a_file_store_and_a_resumed_run_into_the_same_run(tmp_path):
+    mlflow = pytest.importorskip("mlflow")
+
+    run, metrics = _train(tmp_path, "logger=mlflow", "train.steps=6", "train.check_every=3")
+    client = mlflow.MlflowClient(tracking_uri=(tmp_path / "results" / "mlruns").as_uri())
+    (found,) = client.search_runs([client.get_experiment_by_name("posenc").experiment_id])
+    assert found.data.params["encoder.name"] == "rope" and found.data.params["task.length"] == "16"
+    assert found.data.metrics["final.exact_match"] == pytest.approx(metrics["exact_match"])
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "loss")] == [2, 4, 6]
+    assert {a.path for a in client.list_artifacts(found.info.run_id)} == {"config.yaml", "history.csv", "metrics.json"}
+    assert found.info.status == "FINISHED"
+    again = open_tracker(LoggerConfig("mlflow"), run, tiny_dict(f"paths.results={tmp_path / 'results'}"))
+    assert again.run_id == found.info.run_id  # tracking.json: a resumed run logs into the same MLflow run
+    again.close()
+
+
+def test_wandb_offline_writes_a_run_a_user_can_sync(tmp_path):
+    pytest.importorskip("wandb")
+
+    run, _ = _train(tmp_path, "logger=wandb", "train.steps=4")
+    (offline,) = (run / "wandb").glob("offline-run-*")
+    assert list(offline.glob("run-*.wandb")) and (offline / "files" / "metrics.json").is_file()
+    assert json.loads((run / "tracking.json").read_text())["wandb_run_id"] in offline.name
+
+
+def test_logger_does_not_change_a_runs_identity_and_a_run_resumes_under_another_logger(tmp_path):
+    from posenc.checkpoint import load_training_state
+    from posenc.files import CHECKPOINT_FILE
+
+    plain, tracked = tiny_dict(), tiny_dict("logger=tensorboard")
+    assert run_identity(plain) == run_identity(tracked)
+    run, _ = _train(tmp_path)
+    load_training_state(run / CHECKPOINT_FILE, tiny_dict("logger=tensorboard", f"paths.results={tmp_path}"))
+
+
+def test_a_missing_package_or_an_unknown_option_is_refused_in_one_line(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"^logger=mlflow needs the mlflow package: pip install 'posenc\[tracking\]'$"):
+        check_logger(LoggerConfig("mlflow"))
+    check_logger(LoggerConfig("none"))
+    with pytest.raises(ConfigError, match="logger 'tensorboard' has no option 'colour'"):
+        check_logger(LoggerConfig("tensorboard", {"colour": 1}))
+    with pytest.raises(ConfigError, match="unknown logger 'bogus'; known loggers: none, tensorboard, wandb, mlflow"):
+        check_logger(LoggerConfig("bogus"))
