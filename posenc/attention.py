@@ -31,7 +31,7 @@ from torch import Tensor
 
 from posenc import fused_bias
 from posenc.encoders import PositionalEncoder
-from posenc.encoders.base import as_is
+from posenc.encoders.base import DataBias, as_is
 from posenc.errors import ConfigError
 
 log = logging.getLogger("posenc.attention")
@@ -47,6 +47,8 @@ FLEX_BLOCK = 128  # FlexAttention's default block size
 # Queries per block of the near band in far_constant: each attends to block + reach keys (T5 at 2048 and 8192
 # tokens, reach 64, one thread: 1.3x and 1.15x fused SDPA's time at 128; 2.3x and 1.35x at 512).
 FAR_BAND_BLOCK = 128
+# Bias entries per query block of a data-dependent bias ([b, n_h, block, s_k]): 2**22 floats, 16 MiB.
+DATA_BIAS_ELEMENTS = 1 << 22
 # Length-specialized FlexAttention kernels per score_mod; later lengths share a shape-generic kernel.
 STATIC_FLEX_KERNELS = 6
 ATTENTION_KINDS = ("auto", "flex", "blocked")
@@ -73,7 +75,7 @@ class CausalAttention:
         self.linear_bias_exact: bool | None = None  # whether linear_bias is exact here (checked when first needed)
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
-                 dropout_p: float = 0.0, kind: str = "auto") -> Tensor:
+                 dropout_p: float = 0.0, kind: str = "auto", data_bias: DataBias | None = None) -> Tensor:
         """Causal scaled dot-product attention, with ``encoder``'s score bias if it has one.
 
         Args:
@@ -82,10 +84,13 @@ class CausalAttention:
             encoder: supplies ``score_bias`` (and maybe ``score_mod``) when ``encoder.has_score_bias``.
             dropout_p: attention dropout (query blocks only: FlexAttention has none).
             kind: ``auto``, ``flex`` or ``blocked`` (``model.attention``).
+            data_bias: ``encoder.data_bias(...)`` of this layer, if any: attention in query blocks with it.
 
         Returns:
             ``[b, n_h, s, h_d]``.
         """
+        if data_bias is not None:
+            return self.data_blocked(q, k, v, data_bias, dropout_p)
         if not encoder.has_score_bias:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
         slopes = encoder.linear_bias_slopes()
@@ -143,6 +148,22 @@ class CausalAttention:
             end = min(start + self.query_block, seq)
             q_pos, k_pos = positions[start:end], positions[:end]  # keys past `end` are all in the future
             bias = encoder.score_bias(q_pos, k_pos).to(q.dtype)  # [n_h, bq, end]
+            future = torch.arange(end, device=q.device)[None, :] > torch.arange(start, end, device=q.device)[:, None]
+            bias = bias.masked_fill(future, float("-inf"))  # causal by index
+            outputs.append(F.scaled_dot_product_attention(
+                q[..., start:end, :], k[..., :end, :], v[..., :end, :], attn_mask=bias, dropout_p=dropout_p))
+        return torch.cat(outputs, dim=-2)
+
+    def data_blocked(self, q: Tensor, k: Tensor, v: Tensor, data_bias: DataBias, dropout_p: float = 0.0) -> Tensor:
+        """Causal attention plus a data-dependent bias (:meth:`PositionalEncoder.data_bias`), a block of queries
+        at a time; blocks hold at most :data:`DATA_BIAS_ELEMENTS` bias entries (the bias has a batch
+        dimension, unlike a positional one), so memory is linear in the sequence length."""
+        b, n_h, seq, _ = q.shape
+        block = max(1, min(self.query_block, DATA_BIAS_ELEMENTS // max(1, b * n_h * seq)))
+        outputs = []
+        for start in range(0, seq, block):
+            end = min(start + block, seq)
+            bias = data_bias(start, end).to(q.dtype)  # [b, n_h, bq, end]
             future = torch.arange(end, device=q.device)[None, :] > torch.arange(start, end, device=q.device)[:, None]
             bias = bias.masked_fill(future, float("-inf"))  # causal by index
             outputs.append(F.scaled_dot_product_attention(

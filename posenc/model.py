@@ -67,9 +67,10 @@ class CausalSelfAttention(nn.Module):
         b, s, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)
         q, k, v = (t.view(b, s, self.n_heads, d // self.n_heads).transpose(1, 2) for t in (q, k, v))  # (b, nh, s, hs)
-        q, k = self.encoder.rotate(q, k, positions)
+        q, k = self.encoder.rotate(q, k, positions)  # (b, nh, s, hs'): PoPE doubles hs
         p = self.dropout if self.training else 0.0
-        y = self.attend(q, k, v, positions, self.encoder, p, self.kind)  # (b, nh, s, hs)
+        data_bias = self.encoder.data_bias(x, q, k)  # CoPE, FoX: a bias from the data itself; else None
+        y = self.attend(q, k, v, positions, self.encoder, p, self.kind, data_bias)  # (b, nh, s, hs)
         return self.proj(y.transpose(1, 2).reshape(b, s, d))
 
 

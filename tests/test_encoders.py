@@ -41,7 +41,8 @@ def test_hooks_keep_shapes(name):
     assert encoder.embed(x, positions).shape == x.shape
     q, k = torch.randn(2, 4, 10, 8), torch.randn(2, 4, 10, 8)
     q2, k2 = encoder.rotate(q, k, positions)
-    assert q2.shape == q.shape and k2.shape == k.shape
+    wide = (*q.shape[:-1], q.shape[-1] * encoder.rotated_width)  # PoPE: cosine and sine parts
+    assert q2.shape == k2.shape == wide
     if encoder.has_score_bias:
         assert encoder.score_bias(positions[3:7], positions).shape == (4, 4, 10)
 
@@ -66,7 +67,8 @@ def test_other_encoders_accept_odd_head_dim(name):
     if encoder.has_score_bias:
         outputs.append(encoder.score_bias(positions, positions))
         assert outputs[-1].shape == (4, 10, 10)
-    assert [t.shape for t in outputs[:3]] == [x.shape, q.shape, k.shape]
+    wide = (*q.shape[:-1], 9 * encoder.rotated_width)
+    assert [t.shape for t in outputs[:3]] == [x.shape, wide, wide]
     assert all(torch.isfinite(t).all() for t in outputs)
 
 

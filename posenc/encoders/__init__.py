@@ -20,6 +20,7 @@ from typing import Any
 from posenc.encoders.absolute import Learned, Sinusoidal
 from posenc.encoders.base import AttentionShape, NoPE, PositionalEncoder
 from posenc.encoders.bias import ALiBi
+from posenc.encoders.data_dependent import FoX, CoPE, PoPE
 from posenc.encoders.learned_bias import FIRE, KerpleLog, T5Bias
 from posenc.encoders.randomized import Randomized
 from posenc.encoders.schedule import Schedule
@@ -29,7 +30,7 @@ from posenc.registry import Registry
 __all__ = [
     "ENCODERS", "AttentionShape", "PositionalEncoder", "RotaryEncoder", "build_encoder", "check_encoder_name",
     "NoPE", "Sinusoidal", "Learned", "ALiBi", "RoPE", "RoPENTK", "XPos", "RoPEPartial", "PRoPE",
-    "T5Bias", "KerpleLog", "FIRE", "Randomized", "Schedule",
+    "T5Bias", "KerpleLog", "FIRE", "Randomized", "Schedule", "CoPE", "FoX", "PoPE",
 ]  # fmt: skip
 
 #: The registry: key -> encoder class. ``conf/encoder/<key>.yaml`` exists for every key.
@@ -47,6 +48,9 @@ ENCODERS: Registry[PositionalEncoder] = Registry("encoder", {
     "kerple": KerpleLog,
     "fire": FIRE,
     "randomized": Randomized,
+    "cope": CoPE,
+    "fox": FoX,
+    "pope": PoPE,
     "schedule": Schedule,
 })
 

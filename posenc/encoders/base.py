@@ -9,6 +9,8 @@ from typing import ClassVar
 from torch import Tensor, nn
 
 MAX_LENGTH = 1 << 20  # longest sequence posenc accepts anywhere: beyond it nothing fits in memory
+#: A data-dependent score bias, per query range: ``(start, stop) -> [b, n_h, stop - start, stop]``.
+DataBias = Callable[[int, int], Tensor]
 
 
 def as_is(tensor: Tensor) -> Tensor:
@@ -40,6 +42,8 @@ class PositionalEncoder(nn.Module):
     has_score_bias: ClassVar[bool] = False
     #: Takes a RoPE context-extension method at evaluation (``set_rope_scaling``): the rotary encoders.
     takes_rope_scaling: ClassVar[bool] = False
+    #: ``rotate`` returns queries and keys this many times as wide as the head (PoPE: 2, cosine and sine).
+    rotated_width: ClassVar[int] = 1
 
     def __init__(self, shape: AttentionShape, train_length: int) -> None:
         super().__init__()
@@ -74,6 +78,21 @@ class PositionalEncoder(nn.Module):
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         """Transform queries and keys ``[b, n_h, s, h_d]`` by position; positions ``[s]``."""
         return q, k
+
+    def data_bias(self, x: Tensor, q: Tensor, k: Tensor) -> DataBias | None:
+        """A score bias computed from the layer's data (CoPE: gated counts of keys; FoX: forget gates), or
+        None (every encoder whose bias depends on positions alone).
+
+        Args:
+            x: the layer's (normalised) input ``[b, s, d]``.
+            q, k: its queries and keys after :meth:`rotate`, ``[b, n_h, s, h_d]``.
+
+        Returns:
+            A function of a query range ``(start, stop)`` giving the bias ``[b, n_h, stop - start, stop]`` of
+            those queries against keys ``0 .. stop-1`` (future keys are masked by attention), so that the
+            attention backend can compute it block by block in memory linear in ``s``.
+        """
+        return None
 
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         """Additive score bias ``[n_h, s_q, s_k]`` (only called when ``has_score_bias``)."""

@@ -49,7 +49,8 @@ class Schedule(PositionalEncoder):
         self.takes_rope_scaling = any(e.takes_rope_scaling for e in self.encoders.values())  # type: ignore[misc]
 
     def for_layer(self, index: int) -> PositionalEncoder:
-        return self.encoders[self.layers[index % len(self.layers)]]
+        # the scheduled encoder's own part for this layer (itself, or a per-layer part: CoPE, FoX)
+        return self.encoders[self.layers[index % len(self.layers)]].for_layer(index)
 
     def check_positions(self, length: int) -> None:
         for encoder in self.encoders.values():

@@ -1,0 +1,112 @@
+"""Formulas of the encodings whose positions depend on the data: CoPE, FoX and PoPE.
+
+Shapes follow the model: queries and keys ``[b, n_h, s, h_d]``, layer inputs ``[b, s, d]``, score blocks
+``[b, n_h, s_q, s_k]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = ["cope_positions", "cope_bias", "fox_log_lambda", "fox_bias", "pope_inv_freq", "pope_qk"]
+
+
+def cope_positions(logits: Tensor) -> Tensor:
+    """CoPE's contextual positions (Golovneva et al. 2024, "Contextual Position Encoding: Learning to Count
+    What's Important", eq. 3): ``p_ij = sum_{t=j..i} sigmoid(logit_it)``, how many gated keys lie between key
+    ``j`` and query ``i``.
+
+    Args:
+        logits: attention logits ``[..., s_q, s_k]`` (scaled ``q.k``), ``-inf`` where a key is in a query's
+            future (its gate is then 0), as in the paper's code, which gates the masked logits.
+
+    Returns:
+        ``[..., s_q, s_k]``, non-increasing in ``j`` for each query.
+    """
+    gates = torch.sigmoid(logits)
+    return gates.flip(-1).cumsum(-1).flip(-1)
+
+
+def cope_bias(query: Tensor, pos_emb: Tensor, positions: Tensor) -> Tensor:
+    """CoPE's score term ``q_i . e(p_ij)`` (eq. 5), with ``e`` linearly interpolated between the learned
+    embeddings of the integer positions around ``p_ij`` (eq. 4), positions past the last one clamped to it.
+
+    Computed as the paper's code does: ``z_i[p] = q_i . e[p]`` for every integer ``p``, then interpolated.
+
+    Args:
+        query: ``[..., s_q, h_d]``.
+        pos_emb: ``[h_d, n_pos]``, the embeddings of positions ``0 .. n_pos - 1``.
+        positions: ``[..., s_q, s_k]`` from :func:`cope_positions`.
+
+    Returns:
+        ``[..., s_q, s_k]``.
+    """
+    p = positions.clamp(max=pos_emb.shape[-1] - 1)
+    z = query @ pos_emb  # [..., s_q, n_pos]
+    floor = p.floor()
+    weight = p - floor
+    low = z.gather(-1, floor.long())
+    high = z.gather(-1, p.ceil().long())
+    return low + (high - low) * weight
+
+
+def fox_log_lambda(gate_logits: Tensor) -> Tensor:
+    """FoX's cumulative log forget gates (Lin et al. 2025, "Forgetting Transformer: Softmax Attention with a
+    Forget Gate", ICLR, eq. 4; reference code ``forgetting_attention``: ``cumsum(log_fgate)``):
+    ``c_t = sum_{l<=t} log sigmoid(f_l)``, so that the score bias of query ``i`` and key ``j`` is
+    ``c_i - c_j = sum_{l=j+1..i} log f_l`` (:func:`fox_bias`).
+
+    Args:
+        gate_logits: ``[b, s, n_h]``, ``w_f . x_t + b_f`` per head.
+
+    Returns:
+        ``[b, n_h, s]`` in float32 at least (the reference accumulates in float32).
+    """
+    logits = gate_logits.transpose(1, 2)  # [b, n_h, s]
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    return torch.nn.functional.logsigmoid(logits).cumsum(-1)
+
+
+def fox_bias(log_lambda: Tensor, start: int, stop: int) -> Tensor:
+    """FoX's score bias ``c_i - c_j`` of queries ``start .. stop-1`` against keys ``0 .. stop-1``:
+    ``[b, n_h, stop - start, stop]`` (entries of future keys are meaningless; attention masks them)."""
+    return log_lambda[..., start:stop, None] - log_lambda[..., None, :stop]
+
+
+def pope_inv_freq(head_dim: int, base: float = 10000.0) -> Tensor:
+    """PoPE's frequencies, one per dimension (not per pair as RoPE's): ``theta_c = base**(-c/h_d)``,
+    ``c = 0 .. h_d - 1`` (Gopalakrishnan et al. 2025; reference ``PoPE-pytorch``)."""
+    return base ** -(torch.arange(head_dim, dtype=torch.float32) / head_dim)
+
+
+def pope_qk(q: Tensor, k: Tensor, positions: Tensor, inv_freq: Tensor, phase: Tensor) -> tuple[Tensor, Tensor]:
+    """PoPE (Gopalakrishnan et al. 2025, "Decoupling the 'What' and 'Where' With Polar Coordinate Positional
+    Embeddings", arXiv 2509.10534): every dimension ``c`` of a query or key becomes a complex number whose
+    magnitude is the content, ``softplus(q_c)``, and whose phase is the position, ``t theta_c`` (keys:
+    ``t theta_c + delta_c``). The score ``Re(sum_c q_c conj(k_c))`` is then
+    ``sum_c softplus(q_tc) softplus(k_sc) cos((t - s) theta_c - delta_c)``: relative in position, and the
+    content cannot move the phase (RoPE's ``q.k`` mixes both). As the reference ``apply_pope_to_qk``
+    (lucidrains' PoPE-pytorch, x-transformers), the result is real: ``(mu cos, mu sin)`` per dimension.
+
+    The returned queries are multiplied by ``sqrt(2)``, so that attention's ``1/sqrt(2 h_d)`` over the doubled
+    dimension is the reference's ``1/sqrt(h_d)`` over the complex one.
+
+    Args:
+        q, k: ``[b, n_h, s, h_d]``.
+        positions: ``[s]``.
+        inv_freq: ``[h_d]`` (:func:`pope_inv_freq`).
+        phase: ``[n_h, h_d]``, the learned key phase ``delta``, clamped to ``[-2 pi, 0]`` here as in the reference.
+
+    Returns:
+        ``(q, k)``, each ``[b, n_h, s, 2 h_d]``.
+    """
+    angle = positions.to(inv_freq.dtype)[:, None] * inv_freq  # [s, h_d]
+    key_angle = angle + phase.clamp(-2 * math.pi, 0.0)[:, None, :]  # [n_h, s, h_d]
+    mq, mk = torch.nn.functional.softplus(q), torch.nn.functional.softplus(k)
+    q_out = torch.stack((mq * angle.cos(), mq * angle.sin()), dim=-1).flatten(-2) * math.sqrt(2.0)
+    k_out = torch.stack((mk * key_angle.cos(), mk * key_angle.sin()), dim=-1).flatten(-2)
+    return q_out.to(q.dtype), k_out.to(k.dtype)

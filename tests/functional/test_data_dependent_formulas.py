@@ -1,0 +1,98 @@
+"""CoPE, FoX and PoPE formulas (posenc.functional.data_dependent): against naive sums of the papers' equations,
+and PoPE against its reference implementation's numbers."""
+
+import math
+
+import pytest
+import torch
+
+from posenc import functional as F
+
+torch.manual_seed(0)
+
+
+def test_cope_positions_count_the_gates_between_key_and_query():
+    """p_ij = sum_{t=j..i} sigmoid(logit_it) (Golovneva et al. 2024, eq. 3); future keys gate nothing."""
+    logits = torch.randn(2, 3, 6, 6, dtype=torch.float64)
+    future = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    got = F.cope_positions(logits.masked_fill(future, float("-inf")))
+    for i in range(6):
+        for j in range(i + 1):
+            want = torch.sigmoid(logits[..., i, j : i + 1]).sum(-1)
+            torch.testing.assert_close(got[..., i, j], want)
+    assert (got.masked_select(future.expand_as(got)) == 0).all()
+    assert (got[..., :, :-1] >= got[..., :, 1:]).all()  # fewer keys counted from later keys
+
+
+def test_cope_bias_interpolates_between_integer_positions_and_clamps_past_the_last():
+    query = torch.randn(2, 5, 4, dtype=torch.float64)  # [b, s_q, h_d]
+    pos_emb = torch.randn(4, 3, dtype=torch.float64)  # positions 0, 1, 2
+    positions = torch.tensor([0.0, 0.25, 1.0, 1.5, 2.0, 7.0], dtype=torch.float64).expand(2, 5, 6)
+    got = F.cope_bias(query, pos_emb, positions)
+    e = pos_emb.T  # e[p]
+    table = [e[0], 0.75 * e[0] + 0.25 * e[1], e[1], 0.5 * e[1] + 0.5 * e[2], e[2], e[2]]  # eq. 4, clamped
+    want = torch.stack([query @ row for row in table], dim=-1)
+    torch.testing.assert_close(got, want)
+
+
+def test_fox_bias_is_the_sum_of_log_forget_gates_after_the_key():
+    """D_ij = sum_{l=j+1..i} log sigmoid(f_l) (Lin et al. 2025, eq. 4)."""
+    logits = torch.randn(2, 7, 3, dtype=torch.float64)  # [b, s, n_h]
+    log_lambda = F.fox_log_lambda(logits)
+    got = F.fox_bias(log_lambda, 2, 7)  # queries 2..6 against keys 0..6
+    assert got.shape == (2, 3, 5, 7)
+    log_f = torch.nn.functional.logsigmoid(logits).transpose(1, 2)  # [b, n_h, s]
+    for i in range(2, 7):
+        for j in range(i + 1):
+            torch.testing.assert_close(got[..., i - 2, j], log_f[..., j + 1 : i + 1].sum(-1))
+    assert (got[..., range(5), range(2, 7)] == 0).all()  # a key is not forgotten by its own query
+
+
+def test_pope_score_is_magnitudes_times_cosine_of_relative_phase():
+    """Re(sum_c q_c conj(k_c)) = sum_c softplus(q_tc) softplus(k_sc) cos((t - s) theta_c - delta_c), scaled
+    so that attention's 1/sqrt(2 h_d) is 1/sqrt(h_d)."""
+    q, k = torch.randn(1, 2, 6, 4, dtype=torch.float64), torch.randn(1, 2, 6, 4, dtype=torch.float64)
+    inv_freq = F.pope_inv_freq(4).double()
+    phase = torch.tensor([[-0.5, -1.0, -2.0, 0.0], [-3.0, -0.1, -6.0, -1.0]], dtype=torch.float64)
+    q2, k2 = F.pope_qk(q, k, torch.arange(6), inv_freq, phase)
+    got = (q2 @ k2.transpose(-1, -2)) / math.sqrt(2 * 4)
+    sp = torch.nn.functional.softplus
+    for h in range(2):
+        for t in range(6):
+            for s in range(6):
+                want = sum(sp(q[0, h, t, c]) * sp(k[0, h, s, c]) * math.cos((t - s) * inv_freq[c] - phase[h, c])
+                           for c in range(4)) / math.sqrt(4)
+                torch.testing.assert_close(got[0, h, t, s], want)
+
+
+def test_pope_scores_depend_on_relative_position_only():
+    q = torch.randn(1, 1, 1, 8, dtype=torch.float64).expand(1, 1, 30, 8)
+    inv_freq, phase = F.pope_inv_freq(8).double(), torch.full((1, 8), -0.7, dtype=torch.float64)
+    q2, k2 = F.pope_qk(q, q, torch.arange(30), inv_freq, phase)
+    scores = (q2 @ k2.transpose(-1, -2))[0, 0]
+    for offset in range(-5, 6):
+        diagonal = scores.diagonal(offset)
+        torch.testing.assert_close(diagonal, diagonal[:1].expand_as(diagonal))
+
+
+# Reference numbers: PoPE-pytorch 0.2.1 (lucidrains; the paper's reference implementation, as in
+# x-transformers), float64: PoPE(4, heads=2, theta=10000) with bias [[-0.5, -1, -2, -7], [0.3, -0.25, -3, -6.5]]
+# (0.3 and -7, -6.5 clamped to [-2 pi, 0]), q = 2 sin(0.37 i + 0.1), k = 1.5 cos(0.23 i - 0.4) over
+# i = arange(40).reshape(1, 2, 5, 4); apply_pope_to_qk(pope(5), q, k), then q @ k^T (no scale).
+REFERENCE_SCORES = {
+    (0, 0): [4.3851511286, 3.3281177021, 1.0112912916, 0.3107730708, 0.5343006272],
+    (0, 3): [0.1760118401, 0.081760872, 0.1092911144, 0.0902693868, 0.1065099638],
+    (1, 1): [0.5478841205, 1.9538164111, 2.0582607309, -0.0028066627, -0.503402481],
+    (1, 4): [0.6563677571, 0.5095323725, 1.5401236515, 3.1983313588, 1.9564628257],
+}
+
+
+@pytest.mark.parametrize("where", REFERENCE_SCORES)
+def test_pope_matches_its_reference_implementation(where):
+    index = torch.arange(40, dtype=torch.float64).reshape(1, 2, 5, 4)
+    q, k = torch.sin(0.37 * index + 0.1) * 2.0, torch.cos(0.23 * index - 0.4) * 1.5
+    phase = torch.tensor([[-0.5, -1.0, -2.0, -7.0], [0.3, -0.25, -3.0, -6.5]], dtype=torch.float64)
+    q2, k2 = F.pope_qk(q, k, torch.arange(5), F.pope_inv_freq(4, 10000.0).double(), phase)
+    head, row = where
+    got = (q2 @ k2.transpose(-1, -2))[0, head, row] / math.sqrt(2)  # posenc scales q by sqrt(2)
+    torch.testing.assert_close(got, torch.tensor(REFERENCE_SCORES[where], dtype=torch.float64), rtol=1e-6, atol=1e-9)
