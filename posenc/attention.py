@@ -133,7 +133,7 @@ class CausalAttention:
         views (same values). On GPU in a training step they stay attached, so learned biases train through flex.
         """
         attached = torch.is_grad_enabled() and q.device.type != "cpu"
-        return encoder.score_mod(as_is if attached else Tensor.detach)
+        return encoder.score_mod(q.shape[-2], as_is if attached else Tensor.detach)
 
     def blocked(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
                 dropout_p: float = 0.0) -> Tensor:

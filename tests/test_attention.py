@@ -36,25 +36,26 @@ def _dense_reference(q, k, v, encoder, positions=None):
     return scores.softmax(-1) @ v
 
 
-# The bias encoders with a FlexAttention form; FIRE (an MLP per score) has none. Stated, so that a
-# score_mod lost by accident fails here instead of skipping the tests below.
-FLEX_ENCODERS = ["alibi", "t5", "kerple"]
+# The bias encoders with a FlexAttention form (all of them). Stated, so that a score_mod lost by accident
+# fails here instead of skipping the tests below.
+FLEX_ENCODERS = ["alibi", "t5", "kerple", "fire"]
 
 
 def test_the_bias_encoders_with_a_flexattention_form_are_known():
-    with_form = [n for n in BIAS_ENCODERS if build_encoder(n, AttentionShape(32, 4), 64).score_mod() is not None]
+    with_form = [n for n in BIAS_ENCODERS if build_encoder(n, AttentionShape(32, 4), 64).score_mod(40) is not None]
     assert with_form == FLEX_ENCODERS
 
 
 @pytest.mark.parametrize("name", FLEX_ENCODERS)
 def test_score_mod_is_the_score_bias(name):
     encoder = build_encoder(name, AttentionShape(32, 4), 64)
-    score_mod = encoder.score_mod()
+    score_mod = encoder.score_mod(40)
     positions = torch.arange(40)
     q_idx, kv_idx = positions[:, None].expand(40, 40), positions[None, :].expand(40, 40)
+    causal = torch.ones(40, 40, dtype=torch.bool).tril()  # the entries attention keeps
     for h in range(4):
         got = score_mod(torch.zeros(40, 40), torch.tensor(0), torch.tensor(h), q_idx, kv_idx)
-        torch.testing.assert_close(got, encoder.score_bias(positions, positions)[h].float())
+        torch.testing.assert_close(got[causal], encoder.score_bias(positions, positions)[h].float()[causal])
 
 
 def _closed_over_tensors(score_mod):
@@ -68,7 +69,7 @@ def test_backend_decides_how_a_score_mod_captures_parameters(name):
     encoder = build_encoder(name, AttentionShape(32, 4), 64)
     learned = any(p.requires_grad for p in encoder.parameters())
     with torch.enable_grad():
-        as_given = _closed_over_tensors(encoder.score_mod())
+        as_given = _closed_over_tensors(encoder.score_mod(8))
         by_backend = _closed_over_tensors(CausalAttention.score_mod(encoder, torch.randn(1, 4, 8, 8)))
     assert as_given and len(by_backend) == len(as_given)
     assert any(t.requires_grad for t in as_given) == learned  # the encoder's own tensors, attached

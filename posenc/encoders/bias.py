@@ -26,7 +26,7 @@ class ALiBi(PositionalEncoder):
     def linear_bias_slopes(self) -> Tensor:
         return self.slopes
 
-    def score_mod(self, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
+    def score_mod(self, length: int, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
         slopes = capture(self.slopes)
 
         def alibi(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:

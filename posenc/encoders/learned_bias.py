@@ -58,12 +58,17 @@ class T5Bias(PositionalEncoder):
     def far_bias(self) -> tuple[int, Tensor]:
         return self.max_distance, self.table[self.num_buckets - 1]  # every distance >= max_distance: last bucket
 
-    def score_mod(self, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
-        table, num_buckets, max_distance = capture(self.table), self.num_buckets, self.max_distance
+    def distance_table(self, length: int) -> Tensor:
+        """The bias of every causal distance ``0 .. length-1``, ``[n_h, length]``: ``score_bias(i, j)`` is
+        ``distance_table[:, i - j]``."""
+        distance = torch.arange(length, device=self.table.device)
+        return self.table[F.t5_relative_bucket(-distance, self.num_buckets, self.max_distance)].T
+
+    def score_mod(self, length: int, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
+        table = capture(self.distance_table(length))  # [n_h, length]
 
         def t5(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            bucket = F.t5_relative_bucket(kv_idx - q_idx, num_buckets, max_distance)
-            return score + table[bucket, h].to(score.dtype)
+            return score + table[h, (q_idx - kv_idx).abs()].to(score.dtype)  # abs: in range above the diagonal too
 
         return t5
 
@@ -103,12 +108,17 @@ class KerpleLog(PositionalEncoder):
         r1, r2 = self.positive_parameters()
         return F.kerple_log_bias(r1, r2, q_positions, k_positions)  # [n_h, s_q, s_k]
 
-    def score_mod(self, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
-        r1, r2 = map(capture, self.positive_parameters())
+    def distance_table(self, length: int) -> Tensor:
+        """``-r1_h log(1 + r2_h d)`` for every distance ``d = 0 .. length-1``, ``[n_h, length]``."""
+        r1, r2 = self.positive_parameters()
+        distance = torch.arange(length, device=r1.device, dtype=r1.dtype)
+        return -r1[:, None] * torch.log1p(r2[:, None] * distance)
+
+    def score_mod(self, length: int, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
+        table = capture(self.distance_table(length))  # [n_h, length]
 
         def kerple_log(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            distance = (q_idx - kv_idx).abs().to(r1.dtype)
-            return score - (r1[h] * torch.log1p(r2[h] * distance)).to(score.dtype)
+            return score + table[h, (q_idx - kv_idx).abs()].to(score.dtype)
 
         return kerple_log
 
@@ -124,9 +134,12 @@ class FIRE(PositionalEncoder):
     a 64-token training length, 512 would normalise every query by the same ``psi(L)``); MLP initialised like
     ``nn.Linear`` (``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weights and biases); ``eps = 1e-6``.
 
-    The MLP is evaluated at every (query, key) pair, in its exact piecewise-linear form (a search among its
-    ``mlp_width`` kinks and one multiply-add per head, :func:`posenc.functional.fire_mlp_pieces`), queries
-    ``FIRE_CHUNK_ELEMENTS`` at a time. No FlexAttention form; long sequences use the model's query blocks.
+    In query blocks the MLP is evaluated at every (query, key) pair in its exact piecewise-linear form (a
+    search among its ``mlp_width`` kinks and one multiply-add per head,
+    :func:`posenc.functional.fire_mlp_pieces`), queries ``FIRE_CHUNK_ELEMENTS`` at a time. Its FlexAttention
+    form (:meth:`score_mod`) looks ``psi(i - j)`` and ``1 / psi(max(L, i))`` up in tables of the sequence's
+    length and evaluates the MLP unrolled over its hidden units inside the kernel (3.3x fused SDPA's time
+    at 8192 tokens on one CPU thread, against 6.5x for query blocks).
     """
 
     description = "learned MLP of log-normalised distance, progressive interpolation (Li et al. 2024)"
@@ -164,6 +177,22 @@ class FIRE(PositionalEncoder):
     def threshold(self) -> Tensor:
         """The current ``L`` (0-dim)."""
         return (self.threshold_scale * self.init_threshold).abs()
+
+    def score_mod(self, length: int, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
+        positions = torch.arange(length, device=self.c.device, dtype=self.c.dtype)
+        psi = capture(F.fire_psi(positions, self.c))  # [length]: psi(i - j) by distance
+        inv_norm = capture(1 / (F.fire_psi(torch.maximum(positions, self.threshold), self.c) + self.eps))  # by query
+        w1, b1, w2, b2 = capture(self.w1[:, 0]), capture(self.b1), capture(self.w2), capture(self.b2)
+        width = w1.shape[0]
+
+        def fire(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            x = psi[(q_idx - kv_idx).abs()] * inv_norm[q_idx]  # fire_normalized_distance
+            out = b2[h]
+            for unit in range(width):  # fire_mlp, unrolled: a score_mod computes one score at a time
+                out = out + w2[h, unit] * torch.relu(w1[unit] * x + b1[unit])
+            return score + out.to(score.dtype)
+
+        return fire
 
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         params = (self.c, self.threshold, self.w1, self.b1, self.w2, self.b2)

@@ -31,10 +31,9 @@ def test_score_bias_has_the_parameters_dtype(name):
     assert encoder.score_bias(pos[4:], pos).shape == (4, 8, 12)
 
 
-def test_only_fire_has_no_flex_attention_form():
-    assert build_encoder("t5", SHAPE, 16).score_mod() is not None
-    assert build_encoder("kerple", SHAPE, 16).score_mod() is not None
-    assert build_encoder("fire", SHAPE, 16).score_mod() is None
+def test_every_learned_bias_has_a_flex_attention_form():
+    for name in ("t5", "kerple", "fire"):
+        assert build_encoder(name, SHAPE, 16).score_mod(16) is not None
 
 
 # --- t5 ------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ SHAPE = AttentionShape(d_model=32, n_heads=4)
 def test_registered_without_score_bias_or_score_mod():
     assert ENCODERS["randomized"] is Randomized
     encoder = build_encoder("randomized", SHAPE, 16)
-    assert not encoder.has_score_bias and encoder.score_mod() is None
+    assert not encoder.has_score_bias and encoder.score_mod(8) is None
     assert (encoder.base, encoder.max_position) == ("sinusoidal", 8192)
 
 
