@@ -138,8 +138,9 @@ class FIRE(PositionalEncoder):
     search among its ``mlp_width`` kinks and one multiply-add per head,
     :func:`posenc.functional.fire_mlp_pieces`), queries ``FIRE_CHUNK_ELEMENTS`` at a time. Its FlexAttention
     form (:meth:`score_mod`) looks ``psi(i - j)`` and ``1 / psi(max(L, i))`` up in tables of the sequence's
-    length and evaluates the MLP unrolled over its hidden units inside the kernel (3.3x fused SDPA's time
-    at 8192 tokens on one CPU thread, against 6.5x for query blocks).
+    length and evaluates the MLP inside the kernel, unrolled over the hidden units that bend where the
+    normalised distance lies (``[0, 1]``; the others fold into one linear term,
+    :func:`posenc.functional.fire_mlp_on_unit_interval`).
     """
 
     description = "learned MLP of log-normalised distance, progressive interpolation (Li et al. 2024)"
@@ -182,12 +183,13 @@ class FIRE(PositionalEncoder):
         positions = torch.arange(length, device=self.c.device, dtype=self.c.dtype)
         psi = capture(F.fire_psi(positions, self.c))  # [length]: psi(i - j) by distance
         inv_norm = capture(1 / (F.fire_psi(torch.maximum(positions, self.threshold), self.c) + self.eps))  # by query
-        w1, b1, w2, b2 = capture(self.w1[:, 0]), capture(self.b1), capture(self.w2), capture(self.b2)
+        # x lies in [0, 1]: units that do not bend there fold into one linear term per head
+        w1, b1, w2, slope, intercept = map(capture, F.fire_mlp_on_unit_interval(self.w1, self.b1, self.w2, self.b2))
         width = w1.shape[0]
 
         def fire(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             x = psi[(q_idx - kv_idx).abs()] * inv_norm[q_idx]  # fire_normalized_distance
-            out = b2[h]
+            out = slope[h] * x + intercept[h]
             for unit in range(width):  # fire_mlp, unrolled: a score_mod computes one score at a time
                 out = out + w2[h, unit] * torch.relu(w1[unit] * x + b1[unit])
             return score + out.to(score.dtype)

@@ -20,6 +20,7 @@ __all__ = [
     "fire_normalized_distance",
     "fire_mlp",
     "fire_mlp_pieces",
+    "fire_mlp_on_unit_interval",
     "fire_mlp_piecewise",
     "fire_bias",
 ]
@@ -174,6 +175,30 @@ def fire_mlp(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tenso
     hidden = torch.relu(x[..., None] * w1[:, 0] + b1)  # [..., hidden]
     out = hidden @ w2.T + b2  # [..., n_h]
     return out.movedim(-1, 0)
+
+
+def fire_mlp_on_unit_interval(
+    w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`fire_mlp` on ``x`` in ``[0, 1]`` (where FIRE's normalised causal distances lie) with every hidden
+    unit whose kink ``-b1/w1`` is outside ``(0, 1)`` folded into one linear term: such a unit is either
+    ``w1 x + b1`` or ``0`` on the whole interval. What is left: ``f(x)_h = slope_h x + intercept_h +
+    sum_k w2'[h, k] relu(w1'[k] x + b1'[k])`` over the units that bend inside it (exact algebraically; sums in
+    another order).
+
+    Args:
+        w1 ``[m, 1]``, b1 ``[m]``, w2 ``[n_h, m]``, b2 ``[n_h]``: see :func:`fire_mlp`.
+
+    Returns:
+        ``(w1' [m'], b1' [m'], w2' [n_h, m'], slope [n_h], intercept [n_h])``.
+    """
+    w, b = w1[:, 0], b1
+    kink = torch.where(w != 0, -b / torch.where(w != 0, w, torch.ones_like(w)), torch.full_like(w, -1.0))
+    bends = (kink > 0) & (kink < 1)
+    on = ~bends & (w * 0.5 + b > 0)  # no sign change in [0, 1]: active on all of it, or on none
+    slope = w2[:, on] @ w[on]
+    intercept = b2 + w2[:, on] @ b[on]
+    return w[bends], b[bends], w2[:, bends], slope, intercept
 
 
 def fire_mlp_pieces(w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> tuple[Tensor, Tensor, Tensor]:

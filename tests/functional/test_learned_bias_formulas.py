@@ -173,3 +173,19 @@ def test_every_bias_is_differentiable_in_its_parameters():
     params = [p.requires_grad_() for p in [*params, torch.randn(2)]]
     F.fire_bias(q, k, *params).square().sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in params)
+
+
+def test_fire_mlp_on_the_unit_interval_is_the_mlp_with_straight_units_folded():
+    torch.manual_seed(3)
+    w1, b1 = torch.empty(32, 1).uniform_(-1, 1), torch.empty(32).uniform_(-1, 1)
+    w1[0, 0], b1[0] = 0.0, 0.7  # a constant unit
+    w1[1, 0], b1[1] = 2.0, -1.0  # kink at 0.5: bends
+    w1[2, 0], b1[2] = -1.0, 1.0  # kink at 1: straight on [0, 1]
+    w2, b2 = torch.randn(4, 32), torch.randn(4)
+    w, b, w2_, slope, intercept = F.fire_mlp_on_unit_interval(w1, b1, w2, b2)
+    kinks = -b1 / w1[:, 0]
+    assert w.numel() == int(((kinks > 0) & (kinks < 1)).sum()) < 32 and 1.0 * 2 in w.tolist()
+    x = torch.linspace(0, 1, 101)
+    folded = (slope[:, None] * x + intercept[:, None]
+              + (w2_[:, :, None] * torch.relu(w[:, None] * x + b[:, None])).sum(1))
+    torch.testing.assert_close(folded, F.fire_mlp(x, w1, b1, w2, b2), atol=1e-5, rtol=1e-5)
