@@ -140,14 +140,21 @@ class CausalAttention:
         """Causal attention plus ``encoder.score_bias``, ``query_block`` queries at a time (any device).
 
         Each block sees only the keys up to its last query, and its bias is ``[n_h, block, keys]``: memory
-        is linear in the sequence length. Shapes as in :meth:`__call__`.
+        is linear in the sequence length. A bias of the distance alone is gathered from
+        ``encoder.distance_table`` (``positions`` are then ``0..s-1``, as the model gives them to bias
+        encoders). Shapes as in :meth:`__call__`.
         """
         seq = q.shape[-2]
+        table = encoder.distance_table(seq)  # [n_h, seq] for a bias of the distance alone (positions 0..s-1)
         outputs = []
         for start in range(0, seq, self.query_block):
             end = min(start + self.query_block, seq)
-            q_pos, k_pos = positions[start:end], positions[:end]  # keys past `end` are all in the future
-            bias = encoder.score_bias(q_pos, k_pos).to(q.dtype)  # [n_h, bq, end]
+            if table is not None:  # a gather instead of the bias formula at every score
+                distance = (torch.arange(start, end, device=q.device)[:, None] - torch.arange(end, device=q.device)).clamp(min=0)
+                bias = table[:, distance].to(q.dtype)  # [n_h, bq, end]
+            else:
+                q_pos, k_pos = positions[start:end], positions[:end]  # keys past `end` are all in the future
+                bias = encoder.score_bias(q_pos, k_pos).to(q.dtype)  # [n_h, bq, end]
             future = torch.arange(end, device=q.device)[None, :] > torch.arange(start, end, device=q.device)[:, None]
             bias = bias.masked_fill(future, float("-inf"))  # causal by index
             outputs.append(F.scaled_dot_product_attention(

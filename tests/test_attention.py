@@ -283,3 +283,17 @@ def test_auto_uses_the_far_constant_path_for_long_t5_inference_only():
     q.requires_grad_()
     attend(q, k, v, torch.arange(1100), encoder).sum().backward()  # a training step: not the fused path
     assert calls == [1100] and encoder.table.grad is not None
+
+
+@pytest.mark.parametrize("name", BIAS_ENCODERS)
+def test_a_distance_table_is_the_score_bias_by_distance(name):
+    """Where an encoder gives one (T5, KERPLE, ALiBi: biases of i - j alone), query blocks and FlexAttention
+    gather from it: it must be score_bias on every causal entry. FIRE's normaliser depends on i: none."""
+    encoder = build_encoder(name, AttentionShape(32, 4), 16)
+    table = encoder.distance_table(50)
+    assert (table is None) == (name == "fire")
+    if table is not None:
+        positions = torch.arange(50)
+        distance = (positions[:, None] - positions[None, :]).clamp(min=0)
+        causal = torch.ones(50, 50, dtype=torch.bool).tril()
+        torch.testing.assert_close(table[:, distance][:, causal], encoder.score_bias(positions, positions)[:, causal])

@@ -98,6 +98,13 @@ class PositionalEncoder(nn.Module):
         """Additive score bias ``[n_h, s_q, s_k]`` (only called when ``has_score_bias``)."""
         raise NotImplementedError
 
+    def distance_table(self, length: int) -> Tensor | None:
+        """``[n_h, length]`` with ``score_bias(i, j) = distance_table[:, i - j]`` for ``0 <= i - j < length``,
+        when the bias depends on the distance alone (T5, KERPLE, ALiBi); else None (FIRE: its normaliser
+        depends on ``i``). Query blocks and FlexAttention then gather the bias from it instead of computing
+        it at every score; it must agree with ``score_bias`` (tests check it)."""
+        return None
+
     def linear_bias_slopes(self) -> Tensor | None:
         """The slopes ``[n_h]`` when ``score_bias`` is exactly ``-slope_h * (i - j)`` (ALiBi), else None.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import Tensor
 
 from posenc import functional as F
@@ -25,6 +26,9 @@ class ALiBi(PositionalEncoder):
 
     def linear_bias_slopes(self) -> Tensor:
         return self.slopes
+
+    def distance_table(self, length: int) -> Tensor:
+        return -self.slopes[:, None] * torch.arange(length, device=self.slopes.device, dtype=self.slopes.dtype)
 
     def score_mod(self, length: int, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
         slopes = capture(self.slopes)
