@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from posenc.errors import PosencError
 
 if TYPE_CHECKING:
-    from posenc.functional.rope_scaling import RopeScaling
+    from posenc.functional.rope_scaling_spec import RopeScaling
 
 MAX_DISTANCE = 1 << 16  # longest `posenc kernels --max-distance`: the kernel is computed at every distance
 DEVICES = ("auto", "cpu", "cuda")
@@ -44,7 +44,8 @@ def parse_scalings(text: str, factor: float | None = None) -> list[RopeScaling]:
     (numbers; ``true``/``false``). Unknown methods or options, bad values or a non-positive factor raise a
     one-line :class:`PosencError` naming the known ones, as Hugging Face validates ``rope_scaling``.
     """
-    from posenc.functional.rope_scaling import ROPE_SCALING, RopeScaling, method_options
+    from posenc.functional.rope_scaling import ROPE_SCALING
+    from posenc.functional.rope_scaling_spec import RopeScaling, method_options
 
     if factor is not None and not (math.isfinite(factor) and factor > 0):
         raise PosencError(f"--rope-factor must be a positive number, got {factor}")

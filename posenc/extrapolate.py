@@ -29,7 +29,7 @@ from posenc.store import COLUMNS, Results, run_identity
 from posenc.tables import describe_run
 
 if TYPE_CHECKING:
-    from posenc.functional.rope_scaling import RopeScaling
+    from posenc.functional.rope_scaling_spec import RopeScaling
 
 # One row per (run, evaluation length, RoPE scaling, depth), columns :data:`posenc.store.COLUMNS`:
 # ``scaling`` is "none" (the encoder as trained) or an evaluation-time RoPE extension method (":<factor>"
@@ -80,7 +80,7 @@ def scalings_for(config: dict, scalings: list[RopeScaling]) -> list[RopeScaling]
     """The RoPE scalings a run (its ``config.yaml`` mapping) is evaluated under: all of ``scalings`` for a
     rotary encoder; for any other encoder only "none", as trained (the methods rescale rotary frequencies,
     which it has none of)."""
-    from posenc.functional.rope_scaling import RopeScaling
+    from posenc.functional.rope_scaling_spec import RopeScaling
 
     encoder = config.get("encoder")
     encoder = encoder.get("name") if isinstance(encoder, dict) else None
@@ -122,7 +122,7 @@ def extrapolate(
     Tasks listing ``eval_depths`` (passkey) get one row per depth. Raises :class:`PosencError` if no run
     at all could be evaluated.
     """
-    from posenc.functional.rope_scaling import RopeScaling
+    from posenc.functional.rope_scaling_spec import RopeScaling
 
     dev = resolve_device(device)
     scalings = scalings or [RopeScaling(NO_SCALING)]

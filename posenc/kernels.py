@@ -44,7 +44,7 @@ from posenc import arguments
 from posenc import functional as F
 from posenc.encoders import AttentionShape, PositionalEncoder, build_encoder
 from posenc.errors import PosencError, PositionRangeError
-from posenc.functional.rope_scaling import RopeScaling
+from posenc.functional.rope_scaling_spec import RopeScaling
 from posenc.kernel_views import UNTRAINED
 
 #: Shape of the untrained default encoders: conf/model/small.yaml (d_model 128, 4 heads -> head_dim 32).

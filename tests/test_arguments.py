@@ -69,7 +69,7 @@ def test_checks_accept_the_edges():
 
 
 def test_parse_scalings_reads_method_options_after_a_colon():
-    from posenc.functional.rope_scaling import RopeScaling
+    from posenc.functional.rope_scaling_spec import RopeScaling
 
     got = parse_scalings("none,yarn:beta_fast=16,beta_slow=2,llama3:low_freq_factor=2,high_freq_factor=8,ntk")
     assert got == [RopeScaling("none"), RopeScaling("yarn", None, (("beta_fast", 16.0), ("beta_slow", 2.0))),

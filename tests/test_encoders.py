@@ -85,7 +85,7 @@ def test_unknown_encoder_and_option_are_refused_with_the_known_ones():
 def test_one_capability_says_which_encoders_take_rope_scaling(name):
     """`takes_rope_scaling` is the one answer (extrapolate, kernels ask it): exactly the encoders with a
     working set_rope_scaling."""
-    from posenc.functional.rope_scaling import RopeScaling
+    from posenc.functional.rope_scaling_spec import RopeScaling
 
     encoder = build_encoder(name, SHAPE, train_length=16)
     rotary = {"rope", "rope_ntk", "xpos", "rope_partial", "p_rope", "schedule"}  # schedule: its default holds rope

@@ -14,7 +14,7 @@ from posenc.store import COLUMNS, POSITION_COLUMNS, SEQUENCE_COLUMNS, run_identi
 def test_a_single_scaling_method_labels_only_rotary_runs_with_it(trained_runs):
     """`--rope-scaling yarn` alone: rope evaluated under YaRN, learned as trained (and labelled so)."""
     from posenc.extrapolate import scaling_note
-    from posenc.functional.rope_scaling import RopeScaling
+    from posenc.functional.rope_scaling_spec import RopeScaling
     from posenc.runs import find_runs
 
     scalings = [RopeScaling("yarn")]

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from posenc import functional as F
 from posenc.cli import app
 from posenc.encoders import build_encoder
-from posenc.functional.rope_scaling import ROPE_SCALING, RopeScaling
+from posenc.functional.rope_scaling import ROPE_SCALING
+from posenc.functional.rope_scaling_spec import RopeScaling
 from posenc.kernels import (
     COLUMNS,
     DEFAULT_SHAPE,

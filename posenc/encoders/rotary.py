@@ -11,7 +11,7 @@ from torch import Tensor
 from posenc import functional as F
 from posenc.encoders.base import AttentionShape, PositionalEncoder
 from posenc.errors import ConfigError, PositionRangeError
-from posenc.functional.rope_scaling import RopeScaling
+from posenc.functional.rope_scaling_spec import RopeScaling
 
 
 class RotaryEncoder(PositionalEncoder):

@@ -6,7 +6,7 @@ from torch import Tensor, nn
 
 from posenc.encoders.base import AttentionShape, PositionalEncoder
 from posenc.errors import ConfigError
-from posenc.functional.rope_scaling import RopeScaling
+from posenc.functional.rope_scaling_spec import RopeScaling
 
 
 class Schedule(PositionalEncoder):

@@ -36,7 +36,7 @@ def test_p_rope_keeps_ropes_highest_frequencies_and_leaves_the_lowest_pairs_unro
 
 
 def test_p_rope_removed_pairs_carry_no_position_and_scaling_acts_on_the_whole_spectrum():
-    from posenc.functional.rope_scaling import RopeScaling
+    from posenc.functional.rope_scaling_spec import RopeScaling
 
     p = build_encoder("p_rope", SHAPE, train_length=16, options={"removed": 0.5})
     q = torch.randn(1, 1, 1, 8).expand(1, 4, 40, 8)

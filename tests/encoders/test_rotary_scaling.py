@@ -8,7 +8,8 @@ import torch
 from posenc import functional as F
 from posenc.encoders import AttentionShape, RotaryEncoder, build_encoder
 from posenc.errors import ConfigError, PositionRangeError
-from posenc.functional.rope_scaling import ROPE_SCALING, RopeScaling
+from posenc.functional.rope_scaling import ROPE_SCALING
+from posenc.functional.rope_scaling_spec import RopeScaling
 from posenc.model import ModelConfig, Transformer
 
 SHAPE = AttentionShape(d_model=64, n_heads=4)  # head_dim 16

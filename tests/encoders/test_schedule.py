@@ -6,7 +6,7 @@ import torch
 from posenc.encoders import ENCODERS, AttentionShape, build_encoder
 from posenc.encoders.schedule import acts_inside_attention
 from posenc.errors import ConfigError
-from posenc.functional.rope_scaling import RopeScaling
+from posenc.functional.rope_scaling_spec import RopeScaling
 from posenc.model import ModelConfig, Transformer
 
 SHAPE = AttentionShape(d_model=32, n_heads=4)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from posenc import functional as F
-from posenc.functional.rope_scaling import ROPE_SCALING, RopeScaling
+from posenc.functional.rope_scaling import ROPE_SCALING
+from posenc.functional.rope_scaling_spec import RopeScaling
 
 # Reference numbers: transformers==5.23.0, modeling_rope_utils._compute_{linear_scaling_rope,dynamic_ntk,yarn,
 # llama3}_parameters, from a LlamaConfig with head_dim, rope_theta=base and rope_parameters {factor,
@@ -399,7 +400,7 @@ def test_rope_scaling_config_resolves_and_validates():
 
 
 def test_method_options_are_the_functions_keywords_and_the_original_length():
-    from posenc.functional.rope_scaling import method_options
+    from posenc.functional.rope_scaling_spec import method_options
 
     assert method_options("yarn") == {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True,
                                       "original_max_position_embeddings": None}
