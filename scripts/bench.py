@@ -6,9 +6,11 @@ Everything is measured in this one process, so every ratio compares numbers take
     python scripts/bench.py                      # full run, ~5 minutes on a 2-core CPU
     python scripts/bench.py --quick              # a smoke run (seconds)
     python scripts/bench.py --device cuda        # on a GPU: bf16 autocast, CUDA memory statistics
+    python scripts/bench.py --sections jobs      # sweeps: N one-thread jobs against one N-thread job
 
 Needs the ``bench`` extra (``pip install -e ".[bench]"``) for the reference model. Writes
-``results/bench/{training,forward,rope}.csv`` and ``results/bench/bench.md``, and prints the tables.
+``results/bench/{training,forward,rope,jobs}.csv`` (the sections run) and ``results/bench/bench.md``, and
+prints the tables.
 """
 
 from __future__ import annotations
@@ -209,6 +211,60 @@ def training_section(args, device, autocast) -> pd.DataFrame:
     return table
 
 
+# One process of the jobs section: the sweep model's training steps at a thread count; prints its seconds.
+_JOB = """
+import sys, time, torch
+from posenc.model import ModelConfig, Transformer
+from posenc.encoders import build_encoder
+threads, steps, d, layers, batch, length = map(int, sys.argv[1:])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+cfg = ModelConfig(vocab_size=64, d_model=d, n_layers=layers, d_mlp=4 * d)
+model = Transformer(cfg, build_encoder("rope", cfg.shape, length))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+data = torch.randint(0, 64, (batch, length + 1))
+def step():
+    loss = torch.nn.functional.cross_entropy(model(data[:, :-1]).reshape(-1, 64), data[:, 1:].reshape(-1))
+    optimizer.zero_grad(); loss.backward(); optimizer.step()
+for _ in range(5):
+    step()
+start = time.perf_counter()
+for _ in range(steps):
+    step()
+print(time.perf_counter() - start)
+"""
+
+
+def jobs_section(args) -> pd.DataFrame:
+    """Sweeps on this machine: N jobs of one thread each at once against one job with N threads (N = the
+    cores), on the headline's model (d_model 64, 3 layers, batch 64 x 32 tokens), same total steps."""
+    import os
+    import subprocess
+
+    cores = os.cpu_count() or 1
+    steps = 20 if args.quick else 300
+    shape = ["64", "3", "64", "32"]
+
+    def run(threads: int, jobs: int, each: int) -> float:
+        start = time.perf_counter()
+        procs = [subprocess.Popen([sys.executable, "-c", _JOB, str(threads), str(each), *shape],
+                                  env={**os.environ, "OMP_NUM_THREADS": str(threads)}, stdout=subprocess.PIPE,
+                                  text=True) for _ in range(jobs)]
+        for proc in procs:
+            proc.communicate()
+        return time.perf_counter() - start
+
+    rows = []
+    for name, threads, jobs in ((f"1 job x {cores} threads", cores, 1), (f"{cores} jobs x 1 thread", 1, cores)):
+        seconds = run(threads, jobs, steps * cores // jobs)
+        rows.append({"setting": name, "steps": steps * cores, "seconds": seconds,
+                     "steps_per_s": steps * cores / seconds})
+        console.print(f"  jobs {name}: {steps * cores / seconds:.1f} steps/s")
+    table = pd.DataFrame(rows)
+    table["vs_first"] = table["steps_per_s"] / table["steps_per_s"].iloc[0]
+    return table
+
+
 def forward_section(args, device, autocast) -> pd.DataFrame:
     """Forward time (pass 1) and peak memory (pass 2) per encoder and length, batch 1."""
 
@@ -305,7 +361,8 @@ def main() -> None:
     parser.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
     parser.add_argument("--encoders", default=",".join(ENCODERS),
                         help="comma-separated encoders (rope, the reference of every ratio, is always added)")
-    parser.add_argument("--sections", default="training,rope,forward", help="which of training,rope,forward")
+    parser.add_argument("--sections", default="training,rope,forward",
+                        help="which of training,rope,forward,jobs (jobs: N one-thread jobs against one N-thread job)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         console.print("error: --device cuda, but no CUDA device is available")
@@ -320,9 +377,9 @@ def main() -> None:
         args.encoders = ENCODERS.parse(args.encoders, "--encoders")
         args.encoders = args.encoders if "rope" in args.encoders else ["rope", *args.encoders]
         args.sections = [n.strip() for n in args.sections.split(",") if n.strip()]
-        assert args.sections and set(args.sections) <= {"training", "rope", "forward"}
+        assert args.sections and set(args.sections) <= {"training", "rope", "forward", "jobs"}
     except (PosencError, AssertionError) as err:
-        console.print(f"error: {err or '--sections must name some of training, rope, forward'}")
+        console.print(f"error: {err or '--sections must name some of training, rope, forward, jobs'}")
         sys.exit(2)
     if args.quick:
         args.lengths, args.batch, args.length, args.steps = [256, 1024], 4, 32, 2
@@ -333,6 +390,7 @@ def main() -> None:
     makers = {
         "training": lambda: training_section(args, device, autocast),
         "rope": lambda: rope_section(args, device),
+        "jobs": lambda: jobs_section(args),
         "forward": lambda: forward_section(args, device, autocast),  # last: it changes how freed memory is returned
     }
     sections = {key: make() for key, make in makers.items() if key in args.sections}
@@ -345,6 +403,8 @@ def main() -> None:
                     "and to posenc rope; MFU against the matmul rate measured in this run)",
         "forward": "Forward pass, batch 1: best time and peak memory (process RSS on CPU), ratios to rope",
         "rope": "Rotary kernel time",
+        "jobs": "Sweep jobs on this machine: the headline's model (d_model 64, 3 layers, batch 64 x 32 tokens), "
+                "same total steps, wall time of all jobs",
     }
     if "training" in sections:
         titles["training"] += f"; matmul {sections['training'].attrs['matmul_gflops']:.1f} GFLOP/s"

@@ -51,3 +51,15 @@ def test_bench_runs_a_chosen_section_and_encoders_always_with_rope(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--encoders", "nosuch"],
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "unknown encoder 'nosuch'" in bad.stdout + bad.stderr
+
+
+def test_bench_jobs_section_compares_one_thread_jobs_with_one_job_of_every_thread(tmp_path):
+    out = tmp_path / "bench"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--sections", "jobs", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = pd.read_csv(out / "jobs.csv")
+    assert len(jobs) == 2 and jobs["setting"].str.contains("thread").all()
+    assert (jobs["steps_per_s"] > 0).all() and jobs["vs_first"].iloc[0] == 1.0
