@@ -82,9 +82,9 @@ def scalings_for(config: dict, scalings: list[RopeScaling]) -> list[RopeScaling]
     which it has none of)."""
     from posenc.functional.rope_scaling_spec import RopeScaling
 
-    encoder = config.get("encoder")
-    encoder = encoder.get("name") if isinstance(encoder, dict) else None
-    if isinstance(encoder, str) and encoder in ENCODERS and ENCODERS[encoder].takes_rope_scaling:
+    encoder = config.get("encoder") if isinstance(config.get("encoder"), dict) else {}
+    name, options = encoder.get("name"), {k: v for k, v in encoder.items() if k != "name"}
+    if isinstance(name, str) and name in ENCODERS and ENCODERS[name].takes_rope_scaling_with(options):
         return scalings
     return [RopeScaling(NO_SCALING)]
 

@@ -50,6 +50,12 @@ class PositionalEncoder(nn.Module):
         self.shape = shape
         self.train_length = train_length
 
+    @classmethod
+    def takes_rope_scaling_with(cls, options: dict) -> bool:
+        """Whether an encoder of this class built with ``options`` takes RoPE scaling, without building it
+        (evaluation plans from configs): ``takes_rope_scaling``, unless the options decide (a schedule)."""
+        return cls.takes_rope_scaling
+
     def for_layer(self, index: int) -> PositionalEncoder:
         """The encoder layer ``index`` attends with (its ``rotate`` and score-bias hooks); default: this one,
         shared by every layer. A per-layer schedule returns one of its parts."""

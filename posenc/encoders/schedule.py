@@ -48,6 +48,14 @@ class Schedule(PositionalEncoder):
         self.encoders = nn.ModuleDict({name: ENCODERS.build(name, shape, train_length) for name in dict.fromkeys(layers)})
         self.takes_rope_scaling = any(e.takes_rope_scaling for e in self.encoders.values())  # type: ignore[misc]
 
+    @classmethod
+    def takes_rope_scaling_with(cls, options: dict) -> bool:
+        from posenc.encoders import ENCODERS
+        from posenc.options import keyword_options
+
+        layers = options.get("layers", keyword_options(cls)["layers"])
+        return any(name in ENCODERS and ENCODERS[name].takes_rope_scaling_with({}) for name in layers)
+
     def for_layer(self, index: int) -> PositionalEncoder:
         # the scheduled encoder's own part for this layer (itself, or a per-layer part: CoPE, FoX)
         return self.encoders[self.layers[index % len(self.layers)]].for_layer(index)

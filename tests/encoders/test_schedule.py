@@ -80,3 +80,14 @@ def test_a_schedule_needs_an_even_head_dimension_only_for_its_rotary_layers():
     build_encoder("schedule", odd, 16, {"layers": ["nope", "alibi", "t5"]})
     with pytest.raises(ConfigError, match="even head dimension"):
         build_encoder("schedule", odd, 16, {"layers": ["nope", "rope"]})
+
+
+def test_evaluation_plans_rope_scaling_for_a_schedule_with_rotary_layers_only():
+    from posenc.encoders.schedule import Schedule
+    from posenc.extrapolate import scalings_for
+
+    scalings = [RopeScaling("none"), RopeScaling("yarn")]
+    assert Schedule.takes_rope_scaling_with({}) and not Schedule.takes_rope_scaling_with({"layers": ["nope", "t5"]})
+    config = {"encoder": {"name": "schedule", "layers": ["rope", "nope"]}}
+    assert scalings_for(config, scalings) == scalings
+    assert scalings_for({"encoder": {"name": "schedule", "layers": ["alibi"]}}, scalings) == [RopeScaling("none")]
