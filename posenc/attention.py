@@ -141,11 +141,12 @@ class CausalAttention:
 
         Each block sees only the keys up to its last query, and its bias is ``[n_h, block, keys]``: memory
         is linear in the sequence length. A bias of the distance alone is gathered from
-        ``encoder.distance_table`` (``positions`` are then ``0..s-1``, as the model gives them to bias
-        encoders). Shapes as in :meth:`__call__`.
+        ``encoder.distance_table`` where ``positions`` are ``0..s-1`` (as the model gives them to bias
+        encoders); other positions take ``encoder.score_bias``. Shapes as in :meth:`__call__`.
         """
         seq = q.shape[-2]
-        table = encoder.distance_table(seq)  # [n_h, seq] for a bias of the distance alone (positions 0..s-1)
+        # [n_h, seq] for a bias of the distance alone, where the positions are 0..s-1 (the model's for bias encoders)
+        table = encoder.distance_table(seq) if torch.equal(positions, torch.arange(seq, device=positions.device)) else None
         outputs = []
         for start in range(0, seq, self.query_block):
             end = min(start + self.query_block, seq)

@@ -67,8 +67,10 @@ class _CoPELayer(PositionalEncoder):
             q_block = q[..., start:stop, :]  # [b, n_h, bq, h_d]
             logits = (q_block @ k[..., :stop, :].transpose(-1, -2)) * scale  # [b, n_h, bq, stop]
             future = torch.arange(stop, device=q.device)[None, :] > torch.arange(start, stop, device=q.device)[:, None]
+            # counts in float32 at least: bfloat16 cannot count past 256, nor weigh interpolation finely
+            logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
             positions = F.cope_positions(logits.masked_fill(future, float("-inf")))
-            return F.cope_bias(q_block, self.pos_emb.to(q.dtype), positions)
+            return F.cope_bias(q_block.to(positions.dtype), self.pos_emb.to(positions.dtype), positions)
 
         return bias
 

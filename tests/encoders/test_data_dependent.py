@@ -89,3 +89,15 @@ def test_pope_widens_queries_and_keys_and_its_phase_stays_clamped():
     torch.testing.assert_close(encoder.rotate(q, k, torch.arange(10)), (q2, k2))
     model = Transformer(CFG, encoder)
     assert model(torch.randint(0, 18, (1, 64))).shape == (1, 64, 18)  # past the training length: any length
+
+
+def test_cope_counts_in_float32_under_bfloat16():
+    """bfloat16 has 8 significant bits: a count of 300 gated keys would round to 296 or 304."""
+    layer = build_encoder("cope", SHAPE, 512, {"n_pos": 512}).for_layer(0)
+    with torch.no_grad():
+        layer.pos_emb.copy_(torch.arange(512.0).expand(8, 512) / 8)  # q . e(p) = p for an all-ones query
+    q = torch.ones(1, 4, 400, 8, dtype=torch.bfloat16)
+    k = torch.full((1, 4, 400, 8), 20.0, dtype=torch.bfloat16)  # every gate open: p_ij = i - j + 1
+    bias = layer.data_bias(None, q, k)(399, 400)  # the last query against every key
+    assert bias.dtype == torch.float32
+    torch.testing.assert_close(bias[0, 0, 0, :100], torch.arange(400.0, 300.0, -1.0))
