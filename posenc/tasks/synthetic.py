@@ -61,7 +61,8 @@ class Retrieval(Task):
     As in Zoology too, the model never reads an answer: the token after a query is noise in the input (the
     value is only the target there). Read after its query, each answer would rule its value out of the
     later queries, so the last one could be answered by elimination (a plateau at about half the values
-    right, 1/4 + 1/3 + 1/2 + 1 over four pairs, that delays the recall circuit).
+    right, 1/4 + 1/3 + 1/2 + 1 over four pairs, that delays the recall circuit). ``read_answers=True`` is
+    that variant (posenc's retrieval before it followed Zoology here).
 
     Differences from Zoology: query slots are uniform over the region (Zoology draws gaps from a power law
     with ``power_a = 0.01``, which puts most queries right after the context); non-query slots and the
@@ -70,10 +71,10 @@ class Retrieval(Task):
     """
 
     key = "retrieval"
-    answers_read = False
     description = "answer the values of queried keys from key-value pairs (Zoology's MQAR)"
 
-    def __init__(self, *, n_pairs: int = 4, n_keys: int = 32, n_values: int = 32, n_noise: int = 16) -> None:
+    def __init__(self, *, n_pairs: int = 4, n_keys: int = 32, n_values: int = 32, n_noise: int = 16,
+                 read_answers: bool = False) -> None:
         if n_pairs < 1 or n_keys < n_pairs or n_values < n_pairs or n_noise < 1:
             raise ConfigError(
                 "task needs n_pairs >= 1, n_keys >= n_pairs, n_values >= n_pairs and n_noise >= 1 "
@@ -81,6 +82,9 @@ class Retrieval(Task):
             )
         self.n_pairs, self.n_keys, self.n_values, self.n_noise = n_pairs, n_keys, n_values, n_noise
         self.answer_alphabet = n_values
+        # True: each value is read after its query (posenc before Zoology's definition), an option of the
+        # configuration so that runs of the two tasks never share an identity or resume one another
+        self.answers_read = read_answers
         self.vocab_size = 2 + n_keys + n_values + n_noise
         self.min_length = 4 * n_pairs  # BOS, the pairs and a query slot per pair (the last value unread)
 
@@ -107,6 +111,8 @@ class Retrieval(Task):
     def inputs(self, tokens: Tensor, answer: Tensor, generator: torch.Generator) -> Tensor:
         """``tokens[:, :-1]`` with every answer (a value after its query) replaced by a noise token: Zoology's
         inputs hold no answer, so none can be ruled out by having been read (see the class docstring)."""
+        if self.answers_read:
+            return tokens[:, :-1]
         read, hidden = tokens[:, :-1].clone(), answer[:, :-1]  # [b, length] each
         noise = 2 + self.n_keys + self.n_values + torch.randint(self.n_noise, read.shape, generator=generator)
         read[hidden] = noise[hidden]

@@ -131,3 +131,17 @@ def test_retrieval_queries_spread_over_the_whole_region():
 def test_retrieval_refuses_options_without_distinct_keys_and_values(options):
     with pytest.raises(ConfigError, match="n_keys >= n_pairs"):
         build_task("retrieval", options)
+
+
+def test_retrieval_reading_its_answers_is_a_task_of_its_own():
+    """read_answers=true is the elimination variant; an option of the configuration, so the two tasks never
+    share a run identity (a checkpoint of one is never resumed as the other)."""
+    from conftest import tiny_dict
+
+    from posenc.store import run_identity
+
+    task = build_task("retrieval", {"read_answers": True})
+    batch = task.sample(16, 48, gen())
+    assert task.answers_read and torch.equal(batch.inputs[:, 1:], batch.targets[:, :-1])  # values read
+    hidden, read = tiny_dict("task=retrieval"), tiny_dict("task=retrieval", "task.read_answers=true")
+    assert run_identity(hidden).config_id != run_identity(read).config_id
