@@ -15,15 +15,24 @@ from posenc.encoders import ENCODERS, AttentionShape, build_encoder
 from posenc.model import ModelConfig, Transformer
 
 GOLDEN = Path(__file__).parent / "golden" / "tiny_models.json"
-CFG = ModelConfig(vocab_size=18, d_model=32, n_layers=2, n_heads=4, d_mlp=64)
+# 4 layers, so that the default schedule [rope, rope, rope, nope] reaches its NoPE layer
+CFG = ModelConfig(vocab_size=18, d_model=32, n_layers=4, n_heads=4, d_mlp=64)
 LENGTH, TRAIN_LENGTH = 24, 16  # past the training length too: extrapolation paths are pinned as well
 
 
 def summary(name: str) -> dict[str, float | list[float]]:
-    """Seeded model of encoder ``name`` on seeded tokens: logits' mean, std, a few values, and the loss."""
+    """Seeded model of encoder ``name`` on seeded tokens: logits' mean, std, a few values, and the loss.
+
+    Every parameter is moved off its initialisation by seeded noise (std 0.3): at initialisation attention is
+    nearly uniform and some encoders start as others (CoPE's and PoPE's zero init), so their numbers would not
+    tell them apart (test_golden_entries_tell_every_encoder_apart)."""
     torch.manual_seed(0)
     encoder = build_encoder(name, AttentionShape(CFG.d_model, CFG.n_heads), 32 if name == "learned" else TRAIN_LENGTH)
     model = Transformer(CFG, encoder).eval()
+    noise = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.3 * torch.randn(parameter.shape, generator=noise))
     tokens = torch.randint(0, CFG.vocab_size, (2, LENGTH), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         logits = model(tokens).double()
@@ -43,6 +52,16 @@ def test_seeded_tiny_model_matches_its_golden_numbers(name):
 
 def test_every_golden_entry_is_a_registry_encoder():
     assert set(json.loads(GOLDEN.read_text())) == set(ENCODERS)
+
+
+def test_golden_entries_tell_every_encoder_apart():
+    """Two encoders whose numbers agree within the tolerance above would let one turn into the other
+    unnoticed (p_rope into rope, a schedule into its first entry, CoPE into NoPE)."""
+    golden = json.loads(GOLDEN.read_text())
+    names = list(golden)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            assert any(golden[a][key] != pytest.approx(golden[b][key], rel=1e-4, abs=1e-5) for key in golden[a]), (a, b)
 
 
 if __name__ == "__main__":
