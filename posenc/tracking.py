@@ -6,9 +6,11 @@ MLflow file store (``${paths.results}/mlruns`` unless ``logger.tracking_uri`` na
 ``<run>/wandb`` in offline mode (``wandb sync`` uploads it later). The packages are optional
 (``pip install 'posenc[tracking]'``); a logger whose package is missing is refused before training starts.
 
-A run resumed after an interruption logs into the same tracked run: the backend's run id is kept in
-``<run>/tracking.json``. Tracking never changes what is trained: ``logger`` is not part of a run's identity,
-and a run may resume under another logger.
+A run resumed after an interruption logs into the same tracked run where the backend can continue one (MLflow,
+TensorBoard's event folder; W&B online): the backend's run id is kept in ``<run>/tracking.json``. W&B's offline
+mode starts another offline run for each resumed process (wandb does not resume offline runs). Steps between
+the last checkpoint and an interruption are logged again after the resume. Tracking never changes what is
+trained: ``logger`` is not part of a run's identity, and a run may resume under another logger.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from posenc.errors import ConfigError
+from posenc.errors import ConfigError, PosencError
 
 TRACKING_FILE = "tracking.json"  # the backend's run id, so that a resumed run logs into the same one
 
@@ -51,25 +53,39 @@ class Tracker:
     def log_final(self, metrics: dict[str, Any], files: list[Path]) -> None:
         """The final metrics (numbers only) and the run's files (config, history, metrics) as artifacts."""
 
-    def close(self) -> None:
-        """Flush and end the tracked run (also when training stops on an error or a signal)."""
+    def close(self, failed: bool = False) -> None:
+        """Flush and end the tracked run; ``failed``: training stopped on an error or a signal."""
+
+    @classmethod
+    def check(cls, options: dict[str, Any]) -> None:
+        """Refuse option values the backend would refuse (types are checked against the defaults)."""
 
     def __enter__(self) -> Tracker:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type | None, *exc: object) -> None:
+        self.close(failed=kind is not None)
 
     def _remembered(self, key: str) -> str | None:
-        path = self.run_dir / TRACKING_FILE
-        return json.loads(path.read_text()).get(key) if path.is_file() else None
+        return _read_tracking(self.run_dir).get(key)
 
     def _remember(self, key: str, value: str) -> None:
         from posenc.files import write_json
 
-        path = self.run_dir / TRACKING_FILE
-        known = json.loads(path.read_text()) if path.is_file() else {}
-        write_json(path, {**known, key: value})
+        write_json(self.run_dir / TRACKING_FILE, {**_read_tracking(self.run_dir), key: value})
+
+
+def _read_tracking(run_dir: Path) -> dict[str, str]:
+    path = run_dir / TRACKING_FILE
+    if not path.is_file():
+        return {}
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise PosencError(f"cannot read {path}: {err}; delete it to track this run afresh") from err
+    if not isinstance(known, dict):
+        raise PosencError(f"cannot read {path}: not a mapping; delete it to track this run afresh")
+    return known
 
 
 def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
@@ -108,7 +124,7 @@ class TensorBoardTracker(Tracker):
         hparams = {k: v for k, v in self.config.items() if isinstance(v, int | float | str | bool)}
         self.writer.add_hparams(hparams, {f"final/{k}": v for k, v in _numbers(metrics).items()}, run_name=".")
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         self.writer.close()
 
 
@@ -149,8 +165,8 @@ class MLflowTracker(Tracker):
         for path in files:
             self.client.log_artifact(self.run_id, str(path))
 
-    def close(self) -> None:
-        self.client.set_terminated(self.run_id)
+    def close(self, failed: bool = False) -> None:
+        self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
 
 
 class WandbTracker(Tracker):
@@ -162,8 +178,7 @@ class WandbTracker(Tracker):
     def __init__(self, run_dir: Path, config: dict[str, Any], *, project: str = "posenc",
                  mode: str = "offline") -> None:
         super().__init__(run_dir, config)
-        if mode not in ("offline", "online", "disabled"):
-            raise ConfigError(f"logger.mode must be offline, online or disabled; got {mode!r}")
+        self.check({"mode": mode})
         import wandb
 
         run_id = self._remembered("wandb_run_id") or secrets.token_hex(4)  # W&B ids: any short [a-z0-9] string
@@ -171,6 +186,12 @@ class WandbTracker(Tracker):
         os.environ.setdefault("WANDB_SILENT", "true")
         self.run = wandb.init(project=project, dir=str(self.run_dir), mode=mode, id=run_id, resume="allow",
                               name=str(self.run_dir), config={k: v for k, v in config.items() if k != "hydra"})
+
+    @classmethod
+    def check(cls, options: dict[str, Any]) -> None:
+        mode = options.get("mode", "offline")
+        if mode not in ("offline", "online", "disabled"):
+            raise ConfigError(f"logger.mode must be offline, online or disabled; got {mode!r}")
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(_numbers(metrics), step=step)
@@ -180,8 +201,8 @@ class WandbTracker(Tracker):
         for path in files:
             self.run.save(str(path), base_path=str(path.parent), policy="now")
 
-    def close(self) -> None:
-        self.run.finish()
+    def close(self, failed: bool = False) -> None:
+        self.run.finish(exit_code=1 if failed else 0)
 
 
 #: ``logger.name`` -> tracker class; ``conf/logger/<name>.yaml`` exists for every key.
@@ -200,7 +221,7 @@ def check_logger(cfg: LoggerConfig) -> None:
     if cfg.name not in TRACKERS:
         raise ConfigError(f"unknown logger '{cfg.name}'; known loggers: {', '.join(TRACKERS)}")
     tracker = TRACKERS[cfg.name]
-    check_options("logger", cfg.name, tracker, cfg.options)
+    tracker.check(check_options("logger", cfg.name, tracker, cfg.options))
     if tracker.package and importlib.util.find_spec(tracker.package) is None:
         raise ConfigError(f"logger={cfg.name} needs the {tracker.package} package: pip install 'posenc[tracking]'")
 
@@ -211,4 +232,10 @@ def open_tracker(cfg: LoggerConfig, run_dir: Path, config: dict[str, Any]) -> Tr
 
     check_logger(cfg)
     tracker = TRACKERS[cfg.name]
-    return tracker(run_dir, config, **check_options("logger", cfg.name, tracker, cfg.options))
+    try:
+        return tracker(run_dir, config, **check_options("logger", cfg.name, tracker, cfg.options))
+    except (PosencError, ConfigError):
+        raise
+    except Exception as err:  # the backend's own refusal (no W&B login online, a bad MLflow URI): one line
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise PosencError(f"logger={cfg.name} could not start: {first}") from err

@@ -78,7 +78,8 @@ def test_logger_does_not_change_a_runs_identity_and_a_run_resumes_under_another_
     plain, tracked = tiny_dict(), tiny_dict("logger=tensorboard")
     assert run_identity(plain) == run_identity(tracked)
     run, _ = _train(tmp_path)
-    load_training_state(run / CHECKPOINT_FILE, tiny_dict("logger=tensorboard", f"paths.results={tmp_path}"))
+    state = load_training_state(run / CHECKPOINT_FILE, tiny_dict("logger=tensorboard", f"paths.results={tmp_path}"))
+    assert state["step"] == 4  # accepted under another logger: it resumes where it stopped
 
 
 def test_a_missing_package_or_an_unknown_option_is_refused_in_one_line(monkeypatch):
@@ -93,3 +94,27 @@ def test_a_missing_package_or_an_unknown_option_is_refused_in_one_line(monkeypat
         check_logger(LoggerConfig("tensorboard", {"colour": 1}))
     with pytest.raises(ConfigError, match="unknown logger 'bogus'; known loggers: none, tensorboard, wandb, mlflow"):
         check_logger(LoggerConfig("bogus"))
+
+
+def test_bad_values_and_a_backend_that_cannot_start_are_one_line_before_training(tmp_path):
+    with pytest.raises(ConfigError, match="^logger.mode must be offline, online or disabled; got 'bogus'$"):
+        check_logger(LoggerConfig("wandb", {"mode": "bogus"}))
+    from posenc.errors import PosencError
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "tracking.json").write_text("{broken")
+    with pytest.raises(PosencError, match="cannot read .*tracking.json.*delete it"):
+        open_tracker(LoggerConfig("mlflow"), tmp_path / "run", tiny_dict(f"paths.results={tmp_path}"))
+    pytest.importorskip("mlflow")
+    with pytest.raises(PosencError, match="^logger=mlflow could not start: "):
+        open_tracker(LoggerConfig("mlflow", {"tracking_uri": "bogus-scheme://nowhere"}), tmp_path / "other",
+                     tiny_dict(f"paths.results={tmp_path}"))
+
+
+def test_mlflow_marks_a_run_that_stopped_on_an_error_failed(tmp_path):
+    mlflow = pytest.importorskip("mlflow")
+    tracker = open_tracker(LoggerConfig("mlflow"), tmp_path / "run", tiny_dict(f"paths.results={tmp_path}"))
+    with pytest.raises(RuntimeError), tracker:
+        raise RuntimeError("training broke")
+    client = mlflow.MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    assert client.get_run(tracker.run_id).info.status == "FAILED"
