@@ -213,9 +213,10 @@ class CausalAttention:
         :meth:`__call__`.
         """
         seq = q.shape[-2]
-        code = score_mod.__code__
+        # a score_mod's code, and the variant of it a kernel is specialised to (FIRE: its unrolled width)
+        code = (score_mod.__code__, getattr(score_mod, "variant", None))
         key = (code, seq)
-        static = key in self.static_keys or sum(c is code for c, _ in self.static_keys) < self.static_kernels
+        static = key in self.static_keys or sum(c == code for c, _ in self.static_keys) < self.static_kernels
         if static:
             self.static_keys.add(key)
         kernel = self._kernel("static" if static else "dynamic", code)

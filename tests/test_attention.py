@@ -297,3 +297,21 @@ def test_a_distance_table_is_the_score_bias_by_distance(name):
         distance = (positions[:, None] - positions[None, :]).clamp(min=0)
         causal = torch.ones(50, 50, dtype=torch.bool).tril()
         torch.testing.assert_close(table[:, distance][:, causal], encoder.score_bias(positions, positions)[:, causal])
+
+
+def test_fire_models_with_different_units_share_padded_kernel_variants():
+    """FIRE's kernel unrolls its bending units; padded to multiples of 8, a sweep's models share a few kernels
+    (each variant its own compiled frame and recompile budget) instead of one per model."""
+    torch.manual_seed(0)
+    widths = set()
+    for seed in range(6):
+        torch.manual_seed(seed)
+        encoder = build_encoder("fire", AttentionShape(32, 4), 64)
+        score_mod = encoder.score_mod(40)
+        widths.add(score_mod.variant)
+        causal = torch.ones(40, 40, dtype=torch.bool).tril()
+        positions = torch.arange(40)
+        q_idx, kv_idx = positions[:, None].expand(40, 40), positions[None, :].expand(40, 40)
+        got = score_mod(torch.zeros(40, 40), torch.tensor(0), torch.tensor(1), q_idx, kv_idx)
+        torch.testing.assert_close(got[causal], encoder.score_bias(positions, positions)[1][causal])
+    assert widths <= {0, 8, 16, 24, 32}

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F_nn
 from torch import Tensor, nn
 
 from posenc import functional as F
@@ -184,8 +185,13 @@ class FIRE(PositionalEncoder):
         psi = capture(F.fire_psi(positions, self.c))  # [length]: psi(i - j) by distance
         inv_norm = capture(1 / (F.fire_psi(torch.maximum(positions, self.threshold), self.c) + self.eps))  # by query
         # x lies in [0, 1]: units that do not bend there fold into one linear term per head
-        w1, b1, w2, slope, intercept = map(capture, F.fire_mlp_on_unit_interval(self.w1, self.b1, self.w2, self.b2))
-        width = w1.shape[0]
+        w1, b1, w2, slope, intercept = F.fire_mlp_on_unit_interval(self.w1, self.b1, self.w2, self.b2)
+        # The kernel unrolls its loop over the units, so each count is a kernel of its own: padded with zero
+        # units to a multiple of 8, trained models share a few (`variant` names which, see CausalAttention.flex)
+        width = -(-w1.shape[0] // 8) * 8
+        pad = width - w1.shape[0]
+        w1, b1, w2 = F_nn.pad(w1, (0, pad)), F_nn.pad(b1, (0, pad)), F_nn.pad(w2, (0, pad))
+        w1, b1, w2, slope, intercept = map(capture, (w1, b1, w2, slope, intercept))
 
         def fire(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             x = psi[(q_idx - kv_idx).abs()] * inv_norm[q_idx]  # fire_normalized_distance
@@ -194,6 +200,7 @@ class FIRE(PositionalEncoder):
                 out = out + w2[h, unit] * torch.relu(w1[unit] * x + b1[unit])
             return score + out.to(score.dtype)
 
+        fire.variant = width  # type: ignore[attr-defined]
         return fire
 
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
