@@ -92,6 +92,7 @@ class RunConfig:
             self.encoder.name, AttentionShape(model_cfg.d_model, model_cfg.n_heads), self.task.length,
             self.encoder.options,
         )
+        encoder.check_depth(model_cfg.n_layers)
         task.check_length(self.task.length)
         shortest = self.task.min_length if self.task.variable_length else self.task.length
         if shortest < task.min_length:

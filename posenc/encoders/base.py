@@ -50,6 +50,10 @@ class PositionalEncoder(nn.Module):
         self.shape = shape
         self.train_length = train_length
 
+    def check_depth(self, n_layers: int) -> None:
+        """Say so (a log warning) where a model of ``n_layers`` layers would not use this encoder as configured
+        (a schedule whose pattern is longer than the model). Default: nothing to say."""
+
     @classmethod
     def takes_rope_scaling_with(cls, options: dict) -> bool:
         """Whether an encoder of this class built with ``options`` takes RoPE scaling, without building it

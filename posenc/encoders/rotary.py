@@ -229,6 +229,9 @@ class PRoPE(RotaryEncoder):
         if not 0 <= removed < 1:
             raise ConfigError(f"encoder.removed must be in [0, 1), got {removed}")
         kept = math.floor((1 - removed) * shape.head_dim / 2 + 1e-9)  # pairs kept: Hugging Face's rope_angles
+        if kept < 1:
+            raise ConfigError(f"encoder.removed={removed} leaves no rotated pair of head_dim {shape.head_dim} "
+                              "(that is nope); remove less")
         super().__init__(shape, train_length, base, rotary_dim=2 * kept, spectrum_dim=shape.head_dim)
         self.removed = removed
 

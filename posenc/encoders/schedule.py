@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from torch import Tensor, nn
 
 from posenc.encoders.base import AttentionShape, PositionalEncoder
 from posenc.errors import ConfigError
 from posenc.functional.rope_scaling_spec import RopeScaling
+
+log = logging.getLogger("posenc.encoders")
 
 
 class Schedule(PositionalEncoder):
@@ -54,7 +58,15 @@ class Schedule(PositionalEncoder):
         from posenc.options import keyword_options
 
         layers = options.get("layers", keyword_options(cls)["layers"])
-        return any(name in ENCODERS and ENCODERS[name].takes_rope_scaling_with({}) for name in layers)
+        if not isinstance(layers, list):  # a hand-edited config: its check refuses it in one line elsewhere
+            return False
+        return any(isinstance(n, str) and n in ENCODERS and ENCODERS[n].takes_rope_scaling_with({}) for n in layers)
+
+    def check_depth(self, n_layers: int) -> None:
+        if n_layers < len(self.layers):  # "every 4th layer NoPE" in a 3-layer model: none; say it, do not guess
+            used = [self.layers[i % len(self.layers)] for i in range(n_layers)]
+            log.warning("encoder.layers has %d entries but model.n_layers is %d: the model's layers are %s",
+                        len(self.layers), n_layers, ", ".join(used))
 
     def for_layer(self, index: int) -> PositionalEncoder:
         # the scheduled encoder's own part for this layer (itself, or a per-layer part: CoPE, FoX)

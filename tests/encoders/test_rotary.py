@@ -75,3 +75,12 @@ def test_p_rope_frequencies_are_hugging_faces_proportional_rope():
         full = torch.zeros(8, dtype=torch.float64)
         full[: encoder.rotary_dim // 2] = encoder.inv_freq
         torch.testing.assert_close(full, torch.tensor(reference, dtype=torch.float64), rtol=1e-6, atol=0)
+
+
+def test_p_rope_that_would_rotate_nothing_is_refused():
+    import pytest
+
+    from posenc.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="leaves no rotated pair"):
+        build_encoder("p_rope", AttentionShape(d_model=8, n_heads=4), train_length=16, options={"removed": 0.6})
