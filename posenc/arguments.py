@@ -61,15 +61,22 @@ def parse_scalings(text: str, factor: float | None = None) -> list[RopeScaling]:
                 raise PosencError(f"--rope-scaling: unknown method {method!r}; known methods: {', '.join(ROPE_SCALING)}")
             parsed.append((method, {}))
         if option:
-            name, equals, value = option.partition("=")
+            name, equals, value = (t.strip() for t in option.partition("="))
             allowed = method_options(method)
-            if not equals or name.strip() not in allowed:
-                raise PosencError(f"--rope-scaling: {method} has no option {option!r}; its options: "
+            if name not in allowed:
+                raise PosencError(f"--rope-scaling: {method} has no option {name!r}; its options: "
                                   f"{', '.join(f'{k}=' for k in allowed)}")
-            parsed[-1][1][name.strip()] = _option_value(method, name.strip(), value.strip(), allowed[name.strip()])
+            if not equals:
+                raise PosencError(f"--rope-scaling: {method}: option {name} needs a value ({name}=...)")
+            if name in parsed[-1][1]:
+                raise PosencError(f"--rope-scaling: {method}: option {name} given twice")
+            parsed[-1][1][name] = _option_value(method, name, value, allowed[name])
     scalings = []
     for method, options in parsed:
-        scaling = RopeScaling(method, None if method == NO_SCALING else factor, tuple(options.items()))
+        defaults = method_options(method)
+        # one label per setting: a default given explicitly is left out, options in name order
+        given = tuple(sorted((k, v) for k, v in options.items() if v != defaults[k] or type(v) is not type(defaults[k])))
+        scaling = RopeScaling(method, None if method == NO_SCALING else factor, given)
         try:
             scaling.validate().resolve(64, 10000.0, 64, 64)  # the method's own range checks (beta_fast > beta_slow)
         except ValueError as err:

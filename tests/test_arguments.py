@@ -73,22 +73,26 @@ def test_parse_scalings_reads_method_options_after_a_colon():
 
     got = parse_scalings("none,yarn:beta_fast=16,beta_slow=2,llama3:low_freq_factor=2,high_freq_factor=8,ntk")
     assert got == [RopeScaling("none"), RopeScaling("yarn", None, (("beta_fast", 16.0), ("beta_slow", 2.0))),
-                   RopeScaling("llama3", None, (("low_freq_factor", 2.0), ("high_freq_factor", 8.0))),
+                   RopeScaling("llama3", None, (("high_freq_factor", 8.0), ("low_freq_factor", 2.0))),
                    RopeScaling("ntk")]
     assert parse_scalings("yarn:truncate=false,original_max_position_embeddings=16", 4.0) == [
         RopeScaling("yarn", 4.0, (("truncate", False), ("original_max_position_embeddings", 16)))]
     assert [s.label() for s in parse_scalings("yarn,yarn:beta_fast=8")] == ["yarn", "yarn(beta_fast=8)"]
+    # one label per setting: defaults given explicitly and the order of options do not make another row
+    assert parse_scalings("yarn:beta_fast=32,yarn") == [RopeScaling("yarn")]
+    assert parse_scalings("yarn:beta_slow=2,beta_fast=16") == parse_scalings("yarn:beta_fast=16,beta_slow=2")
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("yarn:beta=3", "--rope-scaling: yarn has no option 'beta=3'; its options: beta_fast=, beta_slow="),
-    ("yarn:beta_fast", "--rope-scaling: yarn has no option 'beta_fast'"),
+    ("yarn:beta=3", "--rope-scaling: yarn has no option 'beta'; its options: beta_fast=, beta_slow="),
+    ("yarn:beta_fast", "--rope-scaling: yarn: option beta_fast needs a value (beta_fast=...)"),
+    ("yarn:beta_fast=16,beta_fast=8", "--rope-scaling: yarn: option beta_fast given twice"),
     ("yarn:beta_fast=x", "--rope-scaling: yarn: beta_fast must be a number (float), got 'x'"),
     ("yarn:truncate=maybe", "--rope-scaling: yarn: truncate must be true or false, got 'maybe'"),
     ("yarn:beta_fast=1,beta_slow=2", "--rope-scaling: yarn: beta_fast must be > beta_slow"),
     ("beta_fast=3", "--rope-scaling: option 'beta_fast=3' follows no method"),
     ("none,beta_fast=3", "--rope-scaling: option 'beta_fast=3' follows no method"),
-    ("none:x=1", "--rope-scaling: none has no option 'x=1'"),
+    ("none:x=1", "--rope-scaling: none has no option 'x'"),
     ("llama3:low_freq_factor=-1", "--rope-scaling: llama3: option low_freq_factor must be a finite number > 0"),
     ("llama3:low_freq_factor=5", "--rope-scaling: llama3: need high_freq_factor > low_freq_factor > 0"),
     ("yarn:original_max_position_embeddings=1.5", "--rope-scaling: yarn: original_max_position_embeddings must be a number (int)"),

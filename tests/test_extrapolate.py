@@ -119,6 +119,6 @@ def test_rope_method_options_change_results_and_name_their_rows(tmp_path, always
     results, _ = extrapolate([tmp_path / "run"], [64], sequences=8, device="cpu", progress=False, scalings=scalings)
     rows = results.evaluations.set_index("scaling")
     assert list(rows.index) == ["yarn", "yarn(beta_fast=1,beta_slow=0.1)", "llama3",
-                                "llama3(low_freq_factor=2,high_freq_factor=8)"]
+                                "llama3(high_freq_factor=8,low_freq_factor=2)"]
     assert rows.loc["yarn", "loss"] != rows.loc["yarn(beta_fast=1,beta_slow=0.1)", "loss"]
-    assert rows.loc["llama3", "loss"] != rows.loc["llama3(low_freq_factor=2,high_freq_factor=8)", "loss"]
+    assert rows.loc["llama3", "loss"] != rows.loc["llama3(high_freq_factor=8,low_freq_factor=2)", "loss"]

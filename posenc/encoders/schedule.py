@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from torch import Tensor, nn
+from torch import nn
 
 from posenc.encoders.base import AttentionShape, PositionalEncoder
 from posenc.errors import ConfigError
