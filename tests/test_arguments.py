@@ -76,7 +76,7 @@ def test_parse_scalings_reads_method_options_after_a_colon():
                    RopeScaling("llama3", None, (("high_freq_factor", 8.0), ("low_freq_factor", 2.0))),
                    RopeScaling("ntk")]
     assert parse_scalings("yarn:truncate=false,original_max_position_embeddings=16", 4.0) == [
-        RopeScaling("yarn", 4.0, (("truncate", False), ("original_max_position_embeddings", 16)))]
+        RopeScaling("yarn", 4.0, (("original_max_position_embeddings", 16), ("truncate", False)))]
     assert [s.label() for s in parse_scalings("yarn,yarn:beta_fast=8")] == ["yarn", "yarn(beta_fast=8)"]
     # one label per setting: defaults given explicitly and the order of options do not make another row
     assert parse_scalings("yarn:beta_fast=32,yarn") == [RopeScaling("yarn")]
