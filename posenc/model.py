@@ -27,9 +27,10 @@ class ModelConfig:
     n_heads: int = 4  # attention heads per block; head_dim = d_model / n_heads
     d_mlp: int = 512  # hidden width of each MLP (4 x d_model, as in GPT-2)
     dropout: float = 0.0  # synthetic tasks have unlimited data, so no regularisation by default
-    # How score-bias encoders (ALiBi) attend: "blocked" (query blocks + SDPA, works everywhere), "flex"
-    # (compiled FlexAttention) or "auto" (flex from FLEX_MIN_LENGTH tokens if it compiles here).
-    # Other encoders always use PyTorch's fused causal SDPA.
+    # How score-bias encoders (ALiBi, T5, KERPLE, FIRE) attend: "blocked" (query blocks + SDPA, works
+    # everywhere), "flex" (compiled FlexAttention) or "auto" (flex from FLEX_MIN_LENGTH tokens if it compiles
+    # here; fused SDPA for ALiBi and T5 at inference on CPU). Data-dependent biases (CoPE, FoX) always take
+    # query blocks; other encoders PyTorch's fused causal SDPA.
     attention: str = "auto"
 
     def validate(self) -> None:

@@ -1,16 +1,19 @@
 """Positional encoders: small modules injected into the model, one registry of them.
 
-An encoder can act on the model in three places, through the hooks of :class:`PositionalEncoder`
-(and choose the positions all three see, ``sample_positions``: randomized encodings):
+An encoder can act on the model in four places, through the hooks of :class:`PositionalEncoder`
+(and choose the positions all of them see, ``sample_positions``: randomized encodings):
 
 * ``embed``  - on the input embeddings (absolute encodings: sinusoidal, learned);
-* ``rotate`` - on queries and keys inside attention (rotary encodings: RoPE, RoPE+NTK, xPos);
-* ``score_bias`` - as an additive attention-score bias (ALiBi), when ``has_score_bias`` is set; such an
-  encoder may also give the same bias as a FlexAttention ``score_mod`` (``score_mod``), which the model
-  uses for long sequences (linear memory, no bias tensor at all).
+* ``rotate`` - on queries and keys inside attention (rotary encodings: RoPE, RoPE+NTK, xPos, p-RoPE; PoPE,
+  whose queries and keys come out twice as wide);
+* ``score_bias`` - as an additive attention-score bias of positions (ALiBi, T5, KERPLE, FIRE), when
+  ``has_score_bias`` is set; such an encoder may also give the same bias as a FlexAttention ``score_mod``
+  and a per-distance ``distance_table``, which the attention backend uses for long sequences;
+* ``data_bias`` - as a score bias computed from the layer's input, queries and keys (CoPE, FoX).
 
-The base class does nothing in all three, which is exactly NoPE. The model calls the hooks and never
-looks at an encoder's name. Formulas live in :mod:`posenc.functional`.
+``for_layer`` gives each layer its encoder: the encoder itself, or a part of it (per-layer parameters:
+CoPE, FoX; a per-layer schedule). The base class does nothing anywhere, which is exactly NoPE. The model
+calls the hooks and never looks at an encoder's name. Formulas live in :mod:`posenc.functional`.
 """
 
 from __future__ import annotations
