@@ -29,6 +29,7 @@ def test_every_logger_has_a_yaml_of_its_options():
         assert options == keyword_options(tracker), name
 
 
+@pytest.mark.integration  # a real tracking backend (W&B starts a service process)
 def test_tensorboard_writes_scalars_by_step_and_the_final_metrics(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -46,6 +47,7 @@ def test_tensorboard_writes_scalars_by_step_and_the_final_metrics(tmp_path):
     assert "config/text_summary" in events.Tags()["tensors"]
 
 
+@pytest.mark.integration  # a real tracking backend (W&B starts a service process)
 def test_mlflow_logs_params_metrics_and_files_into_a_file_store_and_a_resumed_run_into_the_same_run(tmp_path):
     mlflow = pytest.importorskip("mlflow")
 
@@ -62,6 +64,7 @@ def test_mlflow_logs_params_metrics_and_files_into_a_file_store_and_a_resumed_ru
     again.close()
 
 
+@pytest.mark.integration  # a real tracking backend (W&B starts a service process)
 def test_wandb_offline_writes_a_run_a_user_can_sync(tmp_path):
     pytest.importorskip("wandb")
 
@@ -111,6 +114,7 @@ def test_bad_values_and_a_backend_that_cannot_start_are_one_line_before_training
                      tiny_dict(f"paths.results={tmp_path}"))
 
 
+@pytest.mark.integration  # a real tracking backend (W&B starts a service process)
 def test_mlflow_marks_a_run_that_stopped_on_an_error_failed(tmp_path):
     mlflow = pytest.importorskip("mlflow")
     tracker = open_tracker(LoggerConfig("mlflow"), tmp_path / "run", tiny_dict(f"paths.results={tmp_path}"))
