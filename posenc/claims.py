@@ -271,11 +271,12 @@ CLAIMS: tuple[Claim, ...] = (
                "ICLR 2024",
         statement="Attention solves multi-query associative recall (MQAR) in distribution",
         task="retrieval", metric="exact_match", factors=(1,),
-        expect=(Threshold(ROPE, 0.99), Threshold(ALIBI, 0.99)),
-        # Wilson's lower bound with every sequence correct is N/(N + z²): it reaches 0.99 from N = 381 on.
-        caveat="a lower bound of 0.99 needs at least 381 sequences in all, every one correct; checked at "
-               "posenc's training budget (conf/experiment/headline.yaml), where Zoology trains 64 epochs of "
-               "100k sequences with an lr sweep"),
+        # "Solves": at least 0.95 exact match at the training length, with its interval. Not posenc's mastery
+        # criterion (0.99 on held-out checks, where training stops): a run stopped at its first check over 0.99
+        # scores about that much, so an interval could never lie above 0.99 and the claim could never agree.
+        expect=(Threshold(ROPE, 0.95), Threshold(ALIBI, 0.95)),
+        caveat="checked at posenc's training budget (conf/experiment/headline_retrieval.yaml: 2 layers, at most "
+               "8000 steps), where Zoology trains 64 epochs of 100k sequences with an lr sweep"),
     _peng("lm", "perplexity", (4,)),
     _peng("passkey", "exact_match", (2, 4)),
     _peng("copy", "token_accuracy", (2,),
