@@ -256,6 +256,16 @@ def encoder_kernels(
     return Kernel(table, result.notes)
 
 
+def _why_no_kernel(encoder: PositionalEncoder) -> str:
+    """Why an encoder's hooks give no kernel of distance alone (for the note)."""
+    layers = {id(part): part for part in (encoder.for_layer(i) for i in range(4))}.values()
+    if any(type(part).data_bias is not PositionalEncoder.data_bias for part in layers):
+        return "its bias depends on the data (queries, keys, the layer's input), not on distance alone"
+    if any(part is not encoder for part in layers):
+        return "a per-layer pattern: its encoders' own kernels are the ones to draw (--encoders)"
+    return "no positional signal in any hook"
+
+
 def kernel_table(
     names: list[str],
     runs: list[Path],
@@ -283,7 +293,7 @@ def kernel_table(
         result = encoder_kernels(encoder, name, source, max_distance, scalings, factor)
         if result.table.empty:
             where = "" if source == UNTRAINED else f" ({source})"
-            notes.append(f"{name}{where}: no positional signal in any hook, nothing to plot")
+            notes.append(f"{name}{where}: {_why_no_kernel(encoder)}, nothing to plot")
         tables.append(result.table)
         notes += result.notes
     tables = [t for t in tables if not t.empty]
