@@ -246,13 +246,18 @@ def jobs_section(args) -> pd.DataFrame:
     shape = ["64", "3", "64", "32"]
 
     def run(threads: int, jobs: int, each: int) -> float:
-        start = time.perf_counter()
+        """Seconds of the slowest job's timed steps (after its warm-up, so imports and start-up don't count),
+        all jobs at once."""
         procs = [subprocess.Popen([sys.executable, "-c", _JOB, str(threads), str(each), *shape],
                                   env={**os.environ, "OMP_NUM_THREADS": str(threads)}, stdout=subprocess.PIPE,
-                                  text=True) for _ in range(jobs)]
+                                  stderr=subprocess.PIPE, text=True) for _ in range(jobs)]
+        seconds = []
         for proc in procs:
-            proc.communicate()
-        return time.perf_counter() - start
+            out, err = proc.communicate()
+            if proc.returncode != 0:
+                raise RuntimeError(f"a benchmark job failed: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}")
+            seconds.append(float(out.strip().splitlines()[-1]))
+        return max(seconds)
 
     rows = []
     for name, threads, jobs in ((f"1 job x {cores} threads", cores, 1), (f"{cores} jobs x 1 thread", 1, cores)):
