@@ -315,3 +315,38 @@ def test_fire_models_with_different_units_share_padded_kernel_variants():
         got = score_mod(torch.zeros(40, 40), torch.tensor(0), torch.tensor(1), q_idx, kv_idx)
         torch.testing.assert_close(got[causal], encoder.score_bias(positions, positions)[1][causal])
     assert widths <= {0, 8, 16, 24, 32}
+
+
+@pytest.mark.parametrize("name", ENCODERS)
+def test_fused_attention_gets_one_head_width(name, monkeypatch):
+    """PyTorch's fused CPU kernels need queries, keys and values of one head dimension; with PoPE's doubled
+    queries and keys SDPA would fall back to its math path, which holds the [b, h, s, s] scores (out of memory
+    at 32768 tokens). Every SDPA call a model makes gets one width, and PoPE's padded values change nothing."""
+    import posenc.attention as attention
+    from posenc.model import ModelConfig, Transformer
+
+    sdpa = attention.F.scaled_dot_product_attention
+    widths = []
+
+    def checked(q, k, v, *args, **kwargs):
+        widths.append((q.shape[-1], k.shape[-1], v.shape[-1]))
+        return sdpa(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", checked)
+    cfg = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=4, d_mlp=64)
+    torch.manual_seed(0)
+    model = Transformer(cfg, build_encoder(name, AttentionShape(32, 4), 40)).eval()
+    with torch.no_grad():
+        model(torch.randint(20, (1, 40)))
+    assert all(len(set(w)) == 1 for w in widths), widths
+
+
+def test_values_narrower_than_queries_equal_the_math_reference():
+    from posenc.attention import _fused_causal
+
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 2, 3, 37, 16, dtype=torch.float64)
+    v = torch.randn(2, 3, 37, 8, dtype=torch.float64)
+    causal = torch.ones(37, 37, dtype=torch.bool).tril()
+    scores = (q @ k.transpose(-1, -2) / 16 ** 0.5).masked_fill(~causal, float("-inf"))
+    torch.testing.assert_close(_fused_causal(q, k, v, 0.0), scores.softmax(-1) @ v)

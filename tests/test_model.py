@@ -17,6 +17,18 @@ def make_model(name: str, seed: int = 0, train_length: int = 64) -> Transformer:
 
 
 @pytest.mark.parametrize("name", ENCODERS)
+def test_encoder_tensors_are_parameters_or_buffers(name):
+    """A tensor an encoder keeps as a plain attribute is neither saved, trained nor moved by `.to(device)` (a
+    parameter turned into one would silently leave the state dict): every tensor attribute of every module of
+    the built model is registered."""
+    model = make_model(name)
+    model(torch.randint(20, (1, 8)))  # encoders that build per-layer parts build them here
+    for path, module in model.named_modules():
+        plain = [key for key, value in vars(module).items() if isinstance(value, torch.Tensor)]
+        assert not plain, f"{name}: {path or 'model'} keeps {plain} as plain tensors"
+
+
+@pytest.mark.parametrize("name", ENCODERS)
 def test_logits_shape(name):
     idx = torch.randint(20, (3, 40))
     assert make_model(name)(idx).shape == (3, 40, 20)
