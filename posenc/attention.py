@@ -7,12 +7,15 @@
 - Biases that are a constant per head beyond some distance (T5, ``encoder.far_bias()``) at inference on CPU
   from ``FLEX_MIN_LENGTH`` on: one fused causal call for the far keys plus a band of query blocks for the near
   ones (:meth:`CausalAttention.far_constant`).
-- Other encoders with a score bias (KERPLE, FIRE; ALiBi and T5 when training or on GPU): *query blocks* (the
+- Other biases of the distance alone (``encoder.distance_table``: KERPLE, ALiBi with other slopes, T5 below
+  that length) at inference on CPU: fused SDPA with a strided view of the table as its mask
+  (:meth:`CausalAttention.distance_table`).
+- Other encoders with a score bias (FIRE; the others when training or on GPU): *query blocks* (the
   bias ``[n_h, block, keys]`` one block of queries at a time: linear memory, any device), or compiled
   *FlexAttention* (Dong et al. 2024: the bias computed inside the kernel, block-sparse causal), chosen by
   length and by what runs here.
 
-The two fused inference paths are :mod:`posenc.fused_bias`.
+The three fused inference paths are :mod:`posenc.fused_bias`.
 
 A backend owns its compiled kernels, causal block masks and the record of whether FlexAttention runs on
 this machine. Models share :data:`SHARED` by default, so that evaluating many checkpoints compiles each
@@ -47,6 +50,9 @@ FLEX_BLOCK = 128  # FlexAttention's default block size
 # Queries per block of the near band in far_constant: each attends to block + reach keys (T5 at 2048 and 8192
 # tokens, reach 64, one thread: 1.3x and 1.15x fused SDPA's time at 128; 2.3x and 1.35x at 512).
 FAR_BAND_BLOCK = 128
+# Queries per block in distance_table (KERPLE at 8192 tokens, 4 heads, 2 threads: 1.19, 1.18, 1.13 and 1.25x
+# fused causal SDPA's time at 256, 512, 1024 and 2048).
+TABLE_QUERY_BLOCK = 1024
 # Bias entries per query block of a data-dependent bias ([b, n_h, block, s_k]): 2**22 floats, 16 MiB.
 DATA_BIAS_ELEMENTS = 1 << 22
 # Length-specialized FlexAttention kernels per score_mod; later lengths share a shape-generic kernel.
@@ -93,18 +99,21 @@ class CausalAttention:
             return self.data_blocked(q, k, v, data_bias, dropout_p)
         if not encoder.has_score_bias:
             return _fused_causal(q, k, v, dropout_p)
+        # the fused paths: inference on CPU only (no backward; training keeps query blocks)
+        fused = kind == "auto" and q.device.type == "cpu" and dropout_p == 0.0 and not _needs_grad(q, k, v, encoder)
         slopes = encoder.linear_bias_slopes()
-        if (kind == "auto" and slopes is not None and q.device.type == "cpu" and dropout_p == 0.0
-                and not _needs_grad(q, k, v, encoder)):
-            out = self.linear_bias(q, k, v, positions, slopes)  # inference only: training keeps query blocks
+        if fused and slopes is not None:
+            out = self.linear_bias(q, k, v, positions, slopes)
             if out is not None:
                 return out
         far = encoder.far_bias()
-        if (kind == "auto" and far is not None and q.device.type == "cpu" and dropout_p == 0.0
-                and not _needs_grad(q, k, v, encoder)
-                and max(far[0] + 1, self.flex_min_length) <= q.shape[-2]):  # shorter: one query block is faster
-            return self.far_constant(q, k, v, positions, encoder, *far)
+        if fused and far is not None and max(far[0] + 1, self.flex_min_length) <= q.shape[-2]:
+            return self.far_constant(q, k, v, positions, encoder, *far)  # shorter: the distance table is faster
         seq = q.shape[-2]
+        if fused and torch.equal(positions, torch.arange(seq, device=positions.device)):
+            out = self.distance_table(q, k, v, encoder)
+            if out is not None:
+                return out
         # FlexAttention has no backward on CPU: a CPU training step takes the query blocks (auto) instead of
         # failing there and marking flex broken for the evaluations that follow.
         cpu_backward = q.device.type == "cpu" and torch.is_grad_enabled() and q.requires_grad
@@ -194,6 +203,14 @@ class CausalAttention:
             if not self.linear_bias_exact:
                 log.info("fused SDPA does not sum the ALiBi dimensions first here; ALiBi uses query blocks")
         return self.linear_bias_exact
+
+    def distance_table(self, q: Tensor, k: Tensor, v: Tensor, encoder: PositionalEncoder) -> Tensor | None:
+        """:func:`posenc.fused_bias.distance_table_attention` with ``encoder.distance_table``, for positions
+        ``0..s-1``; None if the bias is not of the distance alone."""
+        table = encoder.distance_table(q.shape[-2])
+        if table is None:
+            return None
+        return fused_bias.distance_table_attention(q, k, v, table.detach(), TABLE_QUERY_BLOCK)
 
     def far_constant(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
                      reach: int, far: Tensor) -> Tensor:

@@ -184,30 +184,38 @@ def training_tokens_per_s(
 
 # --- sections ----------------------------------------------------------------------------------------
 def training_section(args, device, autocast) -> pd.DataFrame:
+    """Training tokens/s of every model in ``args.rounds`` interleaved rounds (each model once per round), so
+    that a drift in the machine's speed (a shared CPU's neighbours) reaches every model alike. A model's
+    tokens/s is its median over the rounds; its ratios are the medians of its per-round ratios, with their
+    lowest and highest (``*_low``, ``*_high``)."""
     peak = matmul_flops(device, autocast or torch.float32)
-    rows = []
-
-    def add(name: str, model: torch.nn.Module, **kw) -> None:
-        tps = training_tokens_per_s(model, device, autocast, args.batch, args.length, args.steps, **kw)
-        flops = train_flops_per_token(model, 2, 128, args.length)
-        rows.append({"model": name, "tokens_per_s": tps, "mfu": tps * flops / peak,
-                     "params": sum(p.numel() for p in model.parameters())})
-        console.print(f"  training {name}: {tps:,.0f} tokens/s")
-
+    models: list[tuple[str, torch.nn.Module, dict]] = []
     if not args.no_reference:
-        add("llama (HF transformers, sdpa)", llama_reference(device, args.length))
-    for name in args.encoders:
-        add(f"posenc {name}", posenc_model(name, args.length, device))
+        models.append(("llama (HF transformers, sdpa)", llama_reference(device, args.length), {}))
+    models += [(f"posenc {name}", posenc_model(name, args.length, device), {}) for name in args.encoders]
     if not args.quick:
-        add("posenc rope, fused AdamW", posenc_model("rope", args.length, device), fused=True)
-        add("posenc rope, torch.compile", posenc_model("rope", args.length, device), compiled=True)
+        models.append(("posenc rope, fused AdamW", posenc_model("rope", args.length, device), {"fused": True}))
+        models.append(("posenc rope, torch.compile", posenc_model("rope", args.length, device), {"compiled": True}))
+    rates: dict[str, list[float]] = {name: [] for name, _, _ in models}
+    for round_ in range(args.rounds):
+        for name, model, kw in models:
+            tps = training_tokens_per_s(model, device, autocast, args.batch, args.length, args.steps, **kw)
+            rates[name].append(tps)
+            console.print(f"  training {name}, round {round_ + 1}/{args.rounds}: {tps:,.0f} tokens/s")
     console.print(f"  matmul rate measured: {peak / 1e9:.1f} GFLOP/s")
+    rows = []
+    for name, model, _ in models:
+        tps = pd.Series(rates[name])
+        row = {"model": name, "tokens_per_s": tps.median(),
+               "mfu": tps.median() * train_flops_per_token(model, 2, 128, args.length) / peak,
+               "params": sum(p.numel() for p in model.parameters())}
+        llama = None if args.no_reference else models[0][0]
+        for column, reference in (("vs_llama", llama), ("vs_rope", "posenc rope")):
+            ratios = tps / pd.Series(rates[reference]) if reference else pd.Series([float("nan")])
+            row.update({column: ratios.median(), f"{column}_low": ratios.min(), f"{column}_high": ratios.max()})
+        rows.append(row)
     table = pd.DataFrame(rows)
     table.attrs["matmul_gflops"] = peak / 1e9
-    reference = table["tokens_per_s"].iloc[0] if not args.no_reference else float("nan")
-    rope = table.loc[table["model"] == "posenc rope", "tokens_per_s"].iloc[0]
-    table["vs_llama"] = table["tokens_per_s"] / reference
-    table["vs_rope"] = table["tokens_per_s"] / rope
     return table
 
 
@@ -361,6 +369,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--length", type=int, default=128, help="training sequence length")
     parser.add_argument("--steps", type=int, default=10, help="timed training steps per repeat")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the training section")
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs")
     parser.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
@@ -378,6 +387,9 @@ def main() -> None:
     except (ValueError, AssertionError):
         console.print(f"error: --lengths must be positive integers separated by commas, got {args.lengths!r}")
         sys.exit(2)
+    if args.rounds < 1:
+        console.print(f"error: --rounds must be at least 1, got {args.rounds}")
+        sys.exit(2)
     try:
         args.encoders = ENCODERS.parse(args.encoders, "--encoders")
         args.encoders = args.encoders if "rope" in args.encoders else ["rope", *args.encoders]
@@ -387,7 +399,7 @@ def main() -> None:
         console.print(f"error: {err or '--sections must name some of training, rope, forward, jobs'}")
         sys.exit(2)
     if args.quick:
-        args.lengths, args.batch, args.length, args.steps = [256, 1024], 4, 32, 2
+        args.lengths, args.batch, args.length, args.steps, args.rounds = [256, 1024], 4, 32, 2, 2
     device = torch.device(args.device)
     autocast = torch.bfloat16 if device.type == "cuda" else None
     start = time.perf_counter()
@@ -404,8 +416,9 @@ def main() -> None:
     lines = [f"# posenc benchmark\n\nMachine: {machine(device)}; {precision}. Command: "
              f"`python {' '.join(sys.argv)}` ({time.perf_counter() - start:.0f} s).\n"]
     titles = {
-        "training": f"Training throughput, batch {args.batch} x {args.length} tokens (ratios to the first row "
-                    "and to posenc rope; MFU against the matmul rate measured in this run)",
+        "training": f"Training throughput, batch {args.batch} x {args.length} tokens, median of {args.rounds} "
+                    "interleaved rounds (ratios to the HF Llama and to posenc rope: median, lowest and highest "
+                    "of the rounds; MFU against the matmul rate measured in this run)",
         "forward": "Forward pass, batch 1: best time and peak memory (process RSS on CPU), ratios to rope",
         "rope": "Rotary kernel time",
         "jobs": "Sweep jobs on this machine: the headline's model (d_model 64, 3 layers, batch 64 x 32 tokens), "

@@ -99,7 +99,7 @@ def test_flex_attention_equals_query_blocks_and_the_dense_reference(name):
     dense = _dense_reference(q.double(), k.double(), v.double(), encoder).float()
     torch.testing.assert_close(flex, dense, atol=2e-5, rtol=1e-4)
     torch.testing.assert_close(blocked, dense, atol=2e-5, rtol=1e-4)
-    torch.testing.assert_close(auto, flex)
+    torch.testing.assert_close(auto, dense, atol=2e-5, rtol=1e-4)  # inference: a fused path where there is one
 
 
 def test_generic_flex_kernels_of_different_score_mods_compile_side_by_side():
@@ -210,7 +210,7 @@ def test_linear_bias_is_used_only_where_it_is_exact():
     attend = CausalAttention()
     assert attend.linear_bias(q, k, v, torch.arange(200), twelve.slopes) is None
     with torch.no_grad():
-        out = attend(q, k, v, torch.arange(200), twelve)  # falls back to query blocks
+        out = attend(q, k, v, torch.arange(200), twelve)  # falls back to its distance table
     torch.testing.assert_close(out.double(), _dense_reference(q.double(), k.double(), v.double(), twelve),
                                atol=2e-6, rtol=0)
     four = build_encoder("alibi", AttentionShape(32, 4), 64)

@@ -22,6 +22,11 @@ def test_bench_quick_run_writes_every_table(tmp_path):
     training = pd.read_csv(out / "training.csv")
     assert list(training["model"]) == [f"posenc {name}" for name in ENCODERS]
     assert (training["tokens_per_s"] > 0).all() and (training["mfu"] > 0).all()
+    low, median, high = (training[c] for c in ("vs_rope_low", "vs_rope", "vs_rope_high"))
+    assert (low <= median).all() and (median <= high).all()
+    assert training.loc[training["model"] == "posenc rope", ["vs_rope_low", "vs_rope_high"]].eq(1.0).all(axis=None)
+    assert training["vs_rope_low"].lt(training["vs_rope_high"]).any()  # two rounds, each measured anew
+    assert "median of 2 interleaved rounds" in (out / "bench.md").read_text()
     forward = pd.read_csv(out / "forward.csv")
     assert sorted(set(forward["encoder"])) == sorted(ENCODERS) and set(forward["length"]) == {256, 1024}
     assert (forward["seconds"] > 0).all() and (forward["peak_mib"] > 0).all()
@@ -36,6 +41,12 @@ def test_bench_rejects_bad_lengths_in_one_line(tmp_path):
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2 and "error: --lengths" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--rounds", "0", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2 and "error: --rounds must be at least 1" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -112,7 +112,9 @@ class PositionalEncoder(nn.Module):
         """``[n_h, length]`` with ``score_bias(i, j) = distance_table[:, i - j]`` for ``0 <= i - j < length``,
         when the bias depends on the distance alone (T5, KERPLE, ALiBi); else None (FIRE: its normaliser
         depends on ``i``). Query blocks and FlexAttention then gather the bias from it instead of computing
-        it at every score; it must agree with ``score_bias`` (tests check it)."""
+        it at every score, and fused SDPA takes a strided view of it as its mask at inference
+        (:func:`posenc.fused_bias.distance_table_attention`); it must agree with ``score_bias`` (tests check
+        it)."""
         return None
 
     def linear_bias_slopes(self) -> Tensor | None:
