@@ -3,7 +3,7 @@ long-sequence forward time and memory per encoder, and the rotary kernel against
 
 Everything is measured in this one process, so every ratio compares numbers taken in the same run:
 
-    python scripts/bench.py                      # full run, ~5 minutes on a 2-core CPU
+    python scripts/bench.py                      # full run, ~15 minutes on a 2-core CPU
     python scripts/bench.py --quick              # a smoke run (seconds)
     python scripts/bench.py --device cuda        # on a GPU: bf16 autocast, CUDA memory statistics
     python scripts/bench.py --sections jobs      # sweeps: N one-thread jobs against one N-thread job
@@ -14,6 +14,12 @@ prints the tables.
 """
 
 from __future__ import annotations
+
+import os
+
+# First calls are timed as compilation from scratch (FlexAttention kernels), not as a hit in the on-disk
+# cache an earlier run left; set before torch is imported.
+os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 
 import argparse
 import gc
@@ -47,15 +53,22 @@ def sync(device: torch.device) -> None:
 
 def best_time(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
     """Fastest of ``repeats`` timed calls, in seconds (after one untimed warm-up call)."""
+    return first_and_best_time(fn, device, repeats)[1]
+
+
+def first_and_best_time(fn: Callable[[], object], device: torch.device, repeats: int) -> tuple[float, float]:
+    """Seconds of the first call (with any compilation it triggers) and the fastest of ``repeats`` after it."""
+    start = time.perf_counter()
     fn()
     sync(device)
+    first = time.perf_counter() - start
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         sync(device)
         times.append(time.perf_counter() - start)
-    return min(times)
+    return first, min(times)
 
 
 def release_freed_memory_promptly() -> None:
@@ -279,7 +292,13 @@ def jobs_section(args) -> pd.DataFrame:
 
 
 def forward_section(args, device, autocast) -> pd.DataFrame:
-    """Forward time (pass 1) and peak memory (pass 2) per encoder and length, batch 1."""
+    """Forward time (pass 1) and peak memory (pass 2) per encoder and length, batch 1.
+
+    Ratios to rope and to ``nope``, the same model whose attention is plain fused causal SDPA with no
+    positional work (``*_vs_sdpa``). ``first_s`` is the first call's time, compilation included (a new
+    length compiles a FlexAttention kernel; the bench runs with inductor's on-disk caches off, so that is
+    the cold cost); ``seconds`` the fastest call after it.
+    """
 
     def forward_fn(name: str, length: int) -> Callable[[], None]:
         # Encoders with a position range (the learned table's rows, the randomized encoding's range) are built
@@ -302,9 +321,10 @@ def forward_section(args, device, autocast) -> pd.DataFrame:
     rows = []
     for length in args.lengths:
         for name in args.encoders:
-            seconds = best_time(forward_fn(name, length), device, repeats=1 if length > 8192 else 3)
-            rows.append({"encoder": name, "length": length, "seconds": seconds})
-            console.print(f"  forward {name} @ {length}: {seconds:.3f} s")
+            repeats = 1 if length > 8192 else 3
+            first, seconds = first_and_best_time(forward_fn(name, length), device, repeats)
+            rows.append({"encoder": name, "length": length, "seconds": seconds, "first_s": first})
+            console.print(f"  forward {name} @ {length}: {seconds:.3f} s (first call {first:.2f} s)")
     # Freed memory must leave the resident set for a peak to be seen; that makes allocations slower
     # (fresh pages every time), so memory is measured in a second pass, after every timing.
     release_freed_memory_promptly()
@@ -313,10 +333,10 @@ def forward_section(args, device, autocast) -> pd.DataFrame:
         console.print(f"  memory {row['encoder']} @ {row['length']}: peak {row['peak_mib']:.0f} MiB "
                       f"(+{row['rise_mib']:.0f})")
     table = pd.DataFrame(rows)
-    rope = table[table["encoder"] == "rope"].set_index("length")
-    table["time_vs_rope"] = table["seconds"] / table["length"].map(rope["seconds"])
-    table["peak_vs_rope"] = table["peak_mib"] / table["length"].map(rope["peak_mib"])
-    table["rise_vs_rope"] = table["rise_mib"] / table["length"].map(rope["rise_mib"])
+    for reference, suffix in (("rope", "rope"), ("nope", "sdpa")):
+        at = table[table["encoder"] == reference].set_index("length")
+        for column, value in (("time", "seconds"), ("peak", "peak_mib"), ("rise", "rise_mib")):
+            table[f"{column}_vs_{suffix}"] = table[value] / table["length"].map(at[value])
     return table
 
 
@@ -374,7 +394,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs")
     parser.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
     parser.add_argument("--encoders", default=",".join(ENCODERS),
-                        help="comma-separated encoders (rope, the reference of every ratio, is always added)")
+                        help="comma-separated encoders (rope and nope, the references of the ratios, are "
+                             "always added)")
     parser.add_argument("--sections", default="training,rope,forward",
                         help="which of training,rope,forward,jobs (jobs: N one-thread jobs against one N-thread job)")
     args = parser.parse_args()
@@ -392,7 +413,7 @@ def main() -> None:
         sys.exit(2)
     try:
         args.encoders = ENCODERS.parse(args.encoders, "--encoders")
-        args.encoders = args.encoders if "rope" in args.encoders else ["rope", *args.encoders]
+        args.encoders = [name for name in ("rope", "nope") if name not in args.encoders] + args.encoders
         args.sections = [n.strip() for n in args.sections.split(",") if n.strip()]
         assert args.sections and set(args.sections) <= {"training", "rope", "forward", "jobs"}
     except (PosencError, AssertionError) as err:
@@ -419,7 +440,8 @@ def main() -> None:
         "training": f"Training throughput, batch {args.batch} x {args.length} tokens, median of {args.rounds} "
                     "interleaved rounds (ratios to the HF Llama and to posenc rope: median, lowest and highest "
                     "of the rounds; MFU against the matmul rate measured in this run)",
-        "forward": "Forward pass, batch 1: best time and peak memory (process RSS on CPU), ratios to rope",
+        "forward": "Forward pass, batch 1: best time, first call (compilation included) and peak memory (process "
+                   "RSS on CPU); ratios to rope and to plain fused causal SDPA (nope)",
         "rope": "Rotary kernel time",
         "jobs": "Sweep jobs on this machine: the headline's model (d_model 64, 3 layers, batch 64 x 32 tokens), "
                 "same total steps, wall time of all jobs",

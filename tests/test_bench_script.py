@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from posenc.encoders import ENCODERS
 
@@ -58,7 +59,15 @@ def test_bench_runs_a_chosen_section_and_encoders_always_with_rope(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     forward = pd.read_csv(out / "forward.csv")
-    assert sorted(set(forward["encoder"])) == ["alibi", "rope"] and not (out / "training.csv").exists()
+    assert sorted(set(forward["encoder"])) == ["alibi", "nope", "rope"] and not (out / "training.csv").exists()
+    assert (forward["first_s"] > 0).all()
+    at = forward.set_index(["encoder", "length"])
+    for reference, suffix in (("rope", "rope"), ("nope", "sdpa")):  # each ratio against its reference's row
+        for length in (256, 1024):
+            want = at.loc[("alibi", length), "seconds"] / at.loc[(reference, length), "seconds"]
+            assert at.loc[("alibi", length), f"time_vs_{suffix}"] == pytest.approx(want)
+            want = at.loc[("alibi", length), "rise_mib"] / at.loc[(reference, length), "rise_mib"]
+            assert at.loc[("alibi", length), f"rise_vs_{suffix}"] == pytest.approx(want)
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--encoders", "nosuch"],
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "unknown encoder 'nosuch'" in bad.stdout + bad.stderr
