@@ -34,6 +34,34 @@ def test_bench_quick_run_writes_every_table(tmp_path):
     rope = pd.read_csv(out / "rope.csv")
     assert rope["ms"].gt(0).all() and rope["vs_rotate_half"].iloc[-1] == 1.0
     assert "Training throughput" in (out / "bench.md").read_text()
+    table = _summary(out, "--lengths", "256,1024", "--growth", "256,1024")
+    assert table.returncode == 0, table.stderr
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table.stdout.splitlines()[2:] if line}
+    assert set(rows) == {"rope (reference)", *(n for n in ENCODERS if n != "rope")}
+    alibi = forward.set_index(["encoder", "length"]).loc[("alibi", 1024)]
+    assert rows["alibi"][5] == f"{alibi['time_vs_rope']:.2f}×" and rows["alibi"][6] == f"{alibi['time_vs_sdpa']:.2f}×"
+
+
+def _summary(folder, *args):
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_summary.py"), str(folder), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_readme_speed_table_is_the_summary_of_the_committed_bench():
+    """README's table is scripts/bench_summary.py's output for results/bench: a bench rerun without it fails."""
+    table = _summary(ROOT / "results" / "bench")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout in (ROOT / "README.md").read_text(), "README's speed table is stale: rerun bench_summary.py"
+
+
+def test_bench_summary_says_what_is_missing_in_one_line(tmp_path):
+    result = _summary(tmp_path)
+    assert result.returncode == 2 and "has no training.csv, forward.csv" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = _summary(ROOT / "results" / "bench", "--lengths", "8192")
+    assert result.returncode == 2 and "two lengths each" in result.stderr
+    result = _summary(ROOT / "results" / "bench", "--lengths", "8192,65536")
+    assert result.returncode == 2 and "not all of [2048, 8192, 32768, 65536]" in result.stderr
 
 
 def test_bench_rejects_bad_lengths_in_one_line(tmp_path):
