@@ -9,8 +9,8 @@ capability, never by name:
 * any bias *of the distance alone* (KERPLE, Chi et al. 2022; ALiBi with other slopes): a Toeplitz matrix,
   which is a strided view of its per-distance table: :func:`distance_table_attention`.
 
-All give the float64 reference's numbers to fp32 accuracy (tests/test_attention.py). Shapes ``[b, n_h, s,
-h_d]``; causality by index.
+All give the float64 reference's numbers to fp32 accuracy (tests/test_attention.py,
+tests/test_fused_bias.py). Shapes ``[b, n_h, s, h_d]``; causality by index.
 """
 
 from __future__ import annotations
