@@ -85,7 +85,7 @@ def extrapolate(
     RoPE extension method (a `scaling` column).
     """
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.extrapolate import scaling_note
+    from posenc.extrapolate import not_learned_note, scaling_note
     from posenc.folders import check_destination
     from posenc.pipeline import store_into
     from posenc.runs import find_runs
@@ -113,7 +113,7 @@ def extrapolate(
         console.print(f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (mean over seeds; all columns "
                       "in the files below)")
         print_table(shown)
-    print_notes(skipped, scaling_note(table, scalings))
+    print_notes(skipped, scaling_note(table, scalings), not_learned_note(table, wanted))
     console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
 
 
@@ -147,7 +147,7 @@ def compare(
     Reuses evaluations in OUT's tables, evaluates only missing (run, length) pairs, never trains.
     """
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.extrapolate import run_config, scaling_note
+    from posenc.extrapolate import not_learned_note, run_config, scaling_note
     from posenc.folders import check_destination
     from posenc.pipeline import compare_into
     from posenc.runs import find_runs
@@ -180,7 +180,7 @@ def compare(
         print_error("interrupted; no table written")
         raise typer.Exit(130)
     print_comparison(comparison)
-    print_notes(skipped, scaling_note(new.evaluations, scalings))
+    print_notes(skipped, scaling_note(new.evaluations, scalings), not_learned_note(new.evaluations, wanted))
     console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
                   f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
 

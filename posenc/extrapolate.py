@@ -216,6 +216,23 @@ def scaling_note(table: pd.DataFrame, scalings: list[RopeScaling]) -> str | None
     return f"--rope-scaling applies to rotary encoders only; evaluated as trained: {', '.join(unscaled)}"
 
 
+def not_learned_note(table: pd.DataFrame, lengths: list[int] | None) -> str | None:
+    """A line for the user naming the runs in ``table`` whose configuration did not learn its task at the
+    training length, when longer ``lengths`` were asked for (None: the default doubling lengths): they were
+    evaluated at their training length only. None if there are none."""
+    if table.empty:
+        return None
+    missed = table[~table["learned"].astype(bool)].drop_duplicates("run_id")
+    if lengths is not None:
+        missed = missed[[any(n != t for n in lengths) for t in missed["train_length"]]]
+    if missed.empty:
+        return None
+    shown = [f"{r.encoder}/{r.task} seed {r.seed} ({r.run})" for r in missed.head(3).itertuples()]
+    more = f" and {len(missed) - 3} more" if len(missed) > 3 else ""
+    return ("not learned at the training length, so evaluated there only (past it there is nothing to "
+            f"compare; train longer or see the run's metrics.json): {', '.join(shown)}{more}")
+
+
 def _evaluate(about: dict, cfg, task, model, length: int, scaling, depth: float | None,
               sequences: int | None) -> Results:
     """``model`` on ``task`` (at ``depth`` if given) at ``length`` under ``scaling``: one row, its

@@ -20,11 +20,12 @@ def by_headline_metric(table):
     return [(metric, table[headline == metric]) for metric in dict.fromkeys(headline)]
 
 
-def print_notes(skipped: list[str], note: str | None) -> None:
+def print_notes(skipped: list[str], *notes: str | None) -> None:
     for reason in skipped:
         console.print(f"[yellow]skipped:[/] {reason}", highlight=False, soft_wrap=True)
-    if note:
-        console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+    for note in notes:
+        if note:
+            console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
 def _fmt(value: object) -> str:

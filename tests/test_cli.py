@@ -104,6 +104,24 @@ def test_extrapolate_updates_rows_in_place_and_skips_broken_runs(trained_runs: P
     assert sorted(sequences.groupby("eval_length").size().items()) == [(16, 4), (24, 2), (32, 2)]  # learned: 16 only
 
 
+def test_extrapolate_says_which_runs_did_not_learn_and_were_evaluated_at_the_training_length(trained_runs, tmp_path):
+    import json
+    import shutil
+
+    runs = tmp_path / "runs"
+    shutil.copytree(trained_runs, runs)
+    metrics = sorted(runs.rglob(METRICS_FILE))  # learned, then rope
+    (metrics[1]).write_text(json.dumps({**json.loads(metrics[1].read_text()), "learned": False, "steps_to_learn": None}))
+    args = ["extrapolate", "--runs", str(runs), "--out", str(tmp_path / "tables"), "--sequences", "2", "--device", "cpu"]
+    result = runner.invoke(app, [*args, "--lengths", "16,24"])
+    assert result.exit_code == 0, result.output
+    note = " ".join(result.stderr.split())  # as printed, folded at the terminal's width
+    assert "note: not learned at the training length, so evaluated there only" in note
+    assert f"rope/copy seed 0 ({metrics[1].parent}" in note and "learned/copy" not in note
+    result = runner.invoke(app, [*args, "--lengths", "16"])  # nothing longer asked for: nothing to say
+    assert result.exit_code == 0 and "not learned" not in result.stderr
+
+
 def test_runs_lists_training_metrics(trained_runs: Path, tmp_path):
     result = runner.invoke(app, ["runs", "--runs", str(trained_runs), "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

@@ -7,7 +7,7 @@ import pytest
 from conftest import learned_run, tiny_config, tiny_dict
 
 from posenc.errors import PosencError
-from posenc.extrapolate import extrapolate, run_config
+from posenc.extrapolate import extrapolate, not_learned_note, run_config
 from posenc.store import COLUMNS, POSITION_COLUMNS, SEQUENCE_COLUMNS, run_identity
 
 
@@ -43,6 +43,11 @@ def test_a_run_that_did_not_learn_is_evaluated_at_its_training_length_only(tmp_p
     assert lengths == {False: [16], True: [16, 32, 64]}
     assert ev.loc[~ev["learned"].astype(bool), "steps_to_learn"].isna().all()
     assert list(ev.loc[ev["learned"].astype(bool), "steps_to_learn"].unique()) == [2.0]
+    note = not_learned_note(ev, [16, 32, 64])
+    assert note.startswith("not learned at the training length") and f"({failed})" in note
+    assert f"({learned})" not in note
+    assert not_learned_note(ev, [16]) is None  # nothing past the training length asked for
+    assert not_learned_note(ev[ev["learned"].astype(bool)], None) is None
     by_default, _ = extrapolate([failed], None, sequences=4, device="cpu", progress=False, up_to=64)
     assert list(by_default.evaluations["eval_length"]) == [16]  # not the doubling lengths either
     other, _ = extrapolate([failed], [32, 64], sequences=4, device="cpu", progress=False)
