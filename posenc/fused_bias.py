@@ -96,7 +96,7 @@ def distance_table_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, que
     h = table.shape[0]
     q_rev = q.flip(-2)  # query i at row s - 1 - i: a block's queries e-1, e-2, ..., start
     future = table.new_full((h, query_block - 1), float("-inf"))
-    w = torch.cat((table.flip(-1), future), dim=1).to(q.dtype).contiguous()  # [n_h, s + query_block - 1]
+    w = torch.cat((table.flip(-1), future), dim=1).to(q.dtype)  # [n_h, s + query_block - 1], contiguous
     out_rev = torch.empty_like(q)
     for start in range(0, s, query_block):
         end = min(start + query_block, s)

@@ -217,12 +217,12 @@ def training_section(args, device, autocast) -> pd.DataFrame:
             console.print(f"  training {name}, round {round_ + 1}/{args.rounds}: {tps:,.0f} tokens/s")
     console.print(f"  matmul rate measured: {peak / 1e9:.1f} GFLOP/s")
     rows = []
+    llama = None if args.no_reference else models[0][0]
     for name, model, _ in models:
         tps = pd.Series(rates[name])
         row = {"model": name, "tokens_per_s": tps.median(),
                "mfu": tps.median() * train_flops_per_token(model, 2, 128, args.length) / peak,
                "params": sum(p.numel() for p in model.parameters())}
-        llama = None if args.no_reference else models[0][0]
         for column, reference in (("vs_llama", llama), ("vs_rope", "posenc rope")):
             ratios = tps / pd.Series(rates[reference]) if reference else pd.Series([float("nan")])
             row.update({column: ratios.median(), f"{column}_low": ratios.min(), f"{column}_high": ratios.max()})
