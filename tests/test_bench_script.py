@@ -72,7 +72,7 @@ def test_bench_rejects_bad_lengths_in_one_line(tmp_path):
     assert result.returncode == 2 and "error: --lengths" in result.stderr
     assert "Traceback" not in result.stderr
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--rounds", "0", "--out", str(tmp_path)],
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--rounds", "0", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2 and "error: --rounds must be at least 1" in result.stderr
