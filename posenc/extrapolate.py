@@ -217,20 +217,23 @@ def scaling_note(table: pd.DataFrame, scalings: list[RopeScaling]) -> str | None
 
 
 def not_learned_note(table: pd.DataFrame, lengths: list[int] | None) -> str | None:
-    """A line for the user naming the runs in ``table`` whose configuration did not learn its task at the
-    training length, when longer ``lengths`` were asked for (None: the default doubling lengths): they were
-    evaluated at their training length only. None if there are none."""
+    """A line for the user naming the runs in ``table`` evaluated at their training length only because their
+    configuration did not learn its task there (mastery belongs to a configuration: a learned seed beside a
+    seed that did not is held back too), when longer ``lengths`` were asked for (None: the default doubling
+    lengths). None if there are none."""
     if table.empty:
         return None
-    missed = table[~table["learned"].astype(bool)].drop_duplicates("run_id")
+    missed = table[table["config_id"].isin(table.loc[~table["learned"].astype(bool), "config_id"])]
+    missed = missed.drop_duplicates("run_id")
     if lengths is not None:
         missed = missed[[any(n != t for n in lengths) for t in missed["train_length"]]]
     if missed.empty:
         return None
-    shown = [f"{r.encoder}/{r.task} seed {r.seed} ({r.run})" for r in missed.head(3).itertuples()]
+    shown = [f"{r.encoder}/{r.task} seed {r.seed}{'' if r.learned else ' (not learned)'} ({r.run})"
+             for r in missed.head(3).itertuples()]
     more = f" and {len(missed) - 3} more" if len(missed) > 3 else ""
-    return ("not learned at the training length, so evaluated there only (past it there is nothing to "
-            f"compare; train longer or see the run's metrics.json): {', '.join(shown)}{more}")
+    return ("not learned at the training length by every seed of the configuration, so evaluated there only "
+            f"(past it there is nothing to compare; train longer or see metrics.json): {', '.join(shown)}{more}")
 
 
 def _evaluate(about: dict, cfg, task, model, length: int, scaling, depth: float | None,

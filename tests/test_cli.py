@@ -116,8 +116,8 @@ def test_extrapolate_says_which_runs_did_not_learn_and_were_evaluated_at_the_tra
     result = runner.invoke(app, [*args, "--lengths", "16,24"])
     assert result.exit_code == 0, result.output
     note = " ".join(result.stderr.split())  # as printed, folded at the terminal's width
-    assert "note: not learned at the training length, so evaluated there only" in note
-    assert f"rope/copy seed 0 ({metrics[1].parent}" in note and "learned/copy" not in note
+    assert "note: not learned at the training length by every seed of the configuration, so evaluated there" in note
+    assert f"rope/copy seed 0 (not learned) ({metrics[1].parent}" in note and "learned/copy" not in note
     result = runner.invoke(app, [*args, "--lengths", "16"])  # nothing longer asked for: nothing to say
     assert result.exit_code == 0 and "not learned" not in result.stderr
 

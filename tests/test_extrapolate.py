@@ -66,6 +66,8 @@ def test_seeds_of_a_configuration_that_did_not_all_learn_are_evaluated_at_the_tr
     (second / "metrics.json").write_text(json.dumps({**metrics, "steps_to_learn": None, "learned": False}))
     results, _ = extrapolate([first, second], [16, 32], sequences=4, device="cpu", progress=False)
     assert sorted(results.evaluations["eval_length"]) == [16, 16]  # seed 0 learned, but its configuration did not
+    note = not_learned_note(results.evaluations, [16, 32])  # names both: neither was evaluated at 32
+    assert f"seed 0 ({first})" in note and f"seed 1 (not learned) ({second})" in note
     (second / "metrics.json").unlink()  # seed 1 unfinished (interrupted): skipped, and says nothing of mastery
     results, skipped = extrapolate([first, second], [16, 32], sequences=4, device="cpu", progress=False)
     assert sorted(results.evaluations["eval_length"]) == [16, 32] and len(skipped) == 1
