@@ -1,13 +1,15 @@
 """Command-line values, parsed and checked: each bad value is one :class:`PosencError` line naming its option.
 
-Shared by ``posenc extrapolate``, ``compare`` and ``kernels`` so that the same option means the same thing
-everywhere; the commands themselves live in :mod:`posenc.cli`.
+Shared by ``posenc extrapolate``, ``compare``, ``report``, ``kernels`` and ``runs`` so that the same option
+means the same thing everywhere; the commands themselves live in :mod:`posenc.cli`.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from posenc.errors import PosencError
@@ -123,3 +125,51 @@ def check_max_distance(max_distance: int) -> None:
 def check_factor(factor: float) -> None:
     if not (math.isfinite(factor) and factor >= 1):
         raise PosencError(f"--factor must be a finite number >= 1, got {factor}")
+
+
+def check_out_folder(out: str | os.PathLike, what: str = "--out", working_directory: bool = False) -> Path:
+    """Refuse a result folder ``out`` that is no place for result files, in one line naming it and why; return
+    it resolved (absolute, symlinks followed: results are written through a link, which stays a link).
+
+    Refused: the working directory (where an empty ``--out ''`` ends up too; ``working_directory=True``
+    allows it, for ``posenc report .`` inside a comparison's folder), the root of a git repository (a folder
+    holding ``.git``), a run folder (holding ``checkpoint.pt``, or a run's ``config.yaml`` with its other
+    files: a run killed before its first checkpoint) and a symlink to nothing. Only reads the file system.
+    ``what`` begins the message: ``--out``, or e.g. ``cannot write results to``.
+    """
+    from posenc import files
+
+    text = os.fspath(out)
+    path = Path(os.path.expanduser(text or "."))
+    shown = text or "''"
+    if os.path.islink(path) and not os.path.exists(path):
+        raise PosencError(f"{what} {shown}: it is a symlink to {os.readlink(path)}, which does not exist; create "
+                          "that folder or name another")
+    real = Path(os.path.realpath(path))
+    try:
+        here = Path(os.path.realpath(os.getcwd()))
+    except OSError:  # the working directory was deleted: it cannot be `out`
+        here = None
+    if real == here and not working_directory:
+        raise PosencError(f"{what} {shown}: it is the working directory ({real}), where an empty {what} ends up "
+                          f"too; name a result folder, e.g. {what} results/tables")
+    try:
+        folder = real.is_dir()
+    except OSError:  # a name too long, a loop of links: check_writable and the write say what is wrong
+        return real
+    if folder:
+        if os.path.lexists(real / ".git"):
+            raise PosencError(f"{what} {shown}: it is the root of a git repository (it holds .git), not a result "
+                              f"folder; name one inside it, e.g. {real / 'results' / 'tables'}")
+        if (real / files.CHECKPOINT_FILE).is_file():
+            marker = files.CHECKPOINT_FILE
+        elif (real / files.CONFIG_FILE).is_file() and any(
+                os.path.lexists(real / name) for name in (files.OVERRIDES_FILE, files.LOG_FILE, files.METRICS_FILE,
+                                                          files.HISTORY_FILE, ".hydra")):
+            marker = files.CONFIG_FILE
+        else:
+            marker = None
+        if marker is not None:
+            raise PosencError(f"{what} {shown}: it is a run folder (it holds {marker}), which only training "
+                              "writes; name a result folder outside it")
+    return real

@@ -265,8 +265,9 @@ def kernels(
     factor: Annotated[
         float, typer.Option("--factor", "--rope-factor", help="Extension factor of the scaling methods.")
     ] = 4.0,
-    out: Annotated[Path, typer.Option(help="Folder for kernels.{csv,parquet,md} and the figures.")] = (
-        DEFAULT_RESULTS / "kernels"
+    out: Annotated[Path, typer.Option(help="Folder for kernels.{csv,parquet,md} and the figures (the committed "
+                                          "results/kernels is written only when named).")] = (
+        DEFAULT_RESULTS / "kernels-latest"
     ),
 ) -> None:
     """What attention sees by relative distance: rotary decay, score biases, absolute similarity.

@@ -34,10 +34,12 @@ class EncoderConfig:
 class TaskConfig:
     name: str = "copy"  # registry key, see posenc.tasks.TASKS
     length: int = 64  # training length: the positions the model reads
-    min_length: int = 32  # shortest training length when variable_length is on
-    # Each batch at exactly `length`. Drawing lengths from [min_length, length] instead starves the
-    # positions near `length` (a learned table's last rows, where every answer sits) of training signal.
+    # Training lengths. False: every sequence at exactly `length`. True: lengths drawn uniformly from
+    # [min_length, length], per sequence (`length_draw: example`, Kazemnejad et al. 2023's U(1, L): a batch
+    # mixes lengths, right-padded) or one per batch (`batch`, Ruoss et al. 2023 / Deletang et al. 2023).
     variable_length: bool = False
+    min_length: int | None = None  # shortest training length; None: the shortest the task allows
+    length_draw: str = "example"  # example | batch: what one draw of a length covers
     options: dict[str, Any] = field(default_factory=dict)  # task-specific keywords (e.g. n_symbols)
 
 
@@ -94,13 +96,21 @@ class RunConfig:
         )
         encoder.check_depth(model_cfg.n_layers)
         task.check_length(self.task.length)
-        shortest = self.task.min_length if self.task.variable_length else self.task.length
+        shortest = self.training_lengths(task)[0]
         if shortest < task.min_length:
             raise ConfigError(
                 f"task '{task.key}' needs sequences of at least {task.min_length} tokens, "
                 f"but task.{'min_length' if self.task.variable_length else 'length'} is {shortest}"
             )
         return task, encoder, Transformer(model_cfg, encoder)
+
+    def training_lengths(self, task) -> tuple[int, int]:
+        """The shortest and longest training length: ``(length, length)`` unless ``task.variable_length``;
+        then ``task.min_length``, or by default the shortest length ``task`` allows (its ``min_length``)."""
+        if not self.task.variable_length:
+            return self.task.length, self.task.length
+        lo = task.min_length if self.task.min_length is None else self.task.min_length
+        return min(lo, self.task.length), self.task.length
 
 
 def training_bytes(model: ModelConfig, batch_size: int, length: int) -> int:
@@ -192,8 +202,11 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     check_task_name(task.name)
     if not 1 <= task.length <= MAX_LENGTH:
         raise ConfigError(f"task.length must be between 1 and {MAX_LENGTH}, got {task.length}")
-    if task.variable_length and not 1 <= task.min_length <= task.length:
-        raise ConfigError(f"task.min_length must be in [1, task.length={task.length}], got {task.min_length}")
+    if task.min_length is not None and (type(task.min_length) is not int or not 1 <= task.min_length <= task.length):
+        raise ConfigError(f"task.min_length must be null or an integer in [1, task.length={task.length}], "
+                          f"got {task.min_length!r}")
+    if task.length_draw not in ("example", "batch"):
+        raise ConfigError(f"task.length_draw must be example or batch, got {task.length_draw!r}")
     if not 0 < train.target_exact_match <= 1:
         raise ConfigError(f"train.target_exact_match must be in (0, 1], got {train.target_exact_match}")
     if train.check_every < 0:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
 from posenc.claims import Side
+from posenc.compare import chance_token_accuracy
 from posenc.store import Results
 
 
 class TableEvidence:
     """:class:`posenc.claims.Evidence` over :class:`~posenc.store.Results` (with depth means, see
-    :func:`posenc.compare.with_depth_means`): per-seed arrays of per-sequence values, sorted by sequence.
+    :func:`posenc.compare.with_depth_means`): per-seed arrays of per-sequence values, sorted by sequence, at
+    any evaluation length a side was evaluated at.
 
     A side is ambiguous - and so not evaluated, as far as a claim is concerned - when its task and
     encoder were run in several configurations: a claim names encoders, not configurations.
@@ -20,7 +24,10 @@ class TableEvidence:
     def __init__(self, results: Results) -> None:
         self.ev = results.evaluations
         seq = results.sequences
-        self.seq = seq[seq["depth"].isna()]
+        seq = seq[seq["depth"].isna()]
+        groups = seq.groupby(["run_id", "eval_length", "scaling"], sort=False)
+        self._seq = {(run_id, int(length), scaling): part.sort_values("sequence")
+                     for (run_id, length, scaling), part in groups}
 
     def _runs(self, task: str, side: Side) -> pd.DataFrame | None:
         rows = self.ev[(self.ev["task"] == task) & (self.ev["encoder"] == side.encoder)]
@@ -28,22 +35,62 @@ class TableEvidence:
             return None
         return rows
 
+    def _evaluated(self, task: str, side: Side) -> pd.DataFrame | None:
+        """The side's evaluation rows without depth (passkey: the mean over depths), at its scaling."""
+        rows = self._runs(task, side)
+        if rows is None:
+            return None
+        return rows[(rows["scaling"] == side.scaling) & rows["depth"].isna()]
+
     def learned(self, task: str, side: Side) -> bool | None:
         rows = self._runs(task, side)
         return None if rows is None else bool(rows.drop_duplicates("run_id")["learned"].astype(bool).all())
 
-    def values(self, task: str, side: Side, factor: int, metric: str) -> list[np.ndarray] | None:
+    def train_length(self, task: str, side: Side) -> int | None:
         rows = self._runs(task, side)
+        if rows is None or rows["train_length"].nunique() != 1:
+            return None
+        return int(rows["train_length"].iloc[0])
+
+    def lengths(self, task: str, side: Side, metric: str) -> tuple[int, ...]:
+        rows = self._evaluated(task, side)
+        if rows is None:
+            return ()
+        found = set()
+        for run_id, length in zip(rows["run_id"], rows["eval_length"]):
+            part = self._seq.get((run_id, int(length), side.scaling))
+            if part is not None and part[metric].notna().any():
+                found.add(int(length))
+        return tuple(sorted(found))
+
+    def at_length(self, task: str, side: Side, length: int, metric: str) -> dict[str, np.ndarray] | None:
+        """Run id (one per seed) -> per-sequence values at evaluation length ``length``; None: not
+        evaluated."""
+        rows = self._evaluated(task, side)
         if rows is None:
             return None
-        rows = rows[(rows["scaling"] == side.scaling) & rows["depth"].isna()
-                    & (rows["eval_length"] == rows["train_length"] * factor)]
-        if rows.empty:
-            return None
-        out = []
-        for run_id, length in zip(rows["run_id"], rows["eval_length"]):
-            mine = self.seq[(self.seq["run_id"] == run_id) & (self.seq["eval_length"] == length)
-                            & (self.seq["scaling"] == side.scaling)].sort_values("sequence")
-            if len(mine):
-                out.append(mine[metric].to_numpy(dtype=float))
+        out = {}
+        for run_id in sorted(set(rows.loc[rows["eval_length"] == length, "run_id"])):
+            part = self._seq.get((run_id, int(length), side.scaling))
+            if part is not None and len(part):
+                out[run_id] = part[metric].to_numpy(dtype=float)
         return out or None
+
+    def values(self, task: str, side: Side, factor: int, metric: str) -> list[np.ndarray] | None:
+        """Per-seed per-sequence values at ``factor`` × the side's training length (what the report's paired
+        table shows); None: not evaluated."""
+        train = self.train_length(task, side)
+        found = None if train is None else self.at_length(task, side, train * factor, metric)
+        return list(found.values()) if found else None
+
+    def chance(self, task: str, metric: str) -> float:
+        """0 for exact match (a uniform guess of a whole answer is right with negligible probability); for
+        token accuracy 1/(answer alphabet) of the task's runs (:func:`posenc.compare.chance_token_accuracy`),
+        the largest where runs differ; NaN for loss and where the task has no fixed alphabet."""
+        if metric == "exact_match":
+            return 0.0
+        if metric != "token_accuracy":
+            return math.nan
+        configs = self.ev.loc[self.ev["task"] == task, "config"].unique() if "config" in self.ev else []
+        levels = [c for c in (chance_token_accuracy(c) for c in configs) if not math.isnan(c)]
+        return max(levels) if levels else math.nan

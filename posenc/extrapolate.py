@@ -50,6 +50,28 @@ def doubling_lengths(train_length: int, up_to: int) -> list[int]:
     return lengths
 
 
+FINE_STEPS = 8  # evaluation lengths between 1x and 2x the training length (every L/8)
+
+
+def default_lengths(train_length: int, up_to: int, variable: bool = False) -> list[int]:
+    """The lengths a run is evaluated at by default, as the length-generalization literature reports them:
+
+    * for a run trained on a range of lengths (``variable``), ``L/4, L/2, 3L/4`` inside it;
+    * ``L``, then every ``L/8`` up to ``2L`` (Kazemnejad et al. 2023 test on lengths up to 2L, so the
+      transition just past the training length is seen in fine steps);
+    * then ``4L, 8L, ...`` while ``<= up_to``.
+    Lengths are rounded to integers and kept unique; every one is at least 1.
+    """
+    inside = [round(train_length * k / 4) for k in (1, 2, 3)] if variable else []
+    fine = [round(train_length * (1 + k / FINE_STEPS)) for k in range(FINE_STEPS + 1)]
+    lengths = [n for n in dict.fromkeys(inside + fine) if 1 <= n <= max(up_to, train_length)]
+    far = 2 * train_length
+    while far * 2 <= up_to:
+        far *= 2
+        lengths.append(far)
+    return sorted(set(lengths))
+
+
 def _metrics(run: Path) -> dict:
     """The run's ``metrics.json`` (empty if unreadable)."""
     try:
@@ -105,7 +127,7 @@ def extrapolate(
 
     Args:
         runs: run directories (see :func:`posenc.runs.find_runs`).
-        lengths: evaluation lengths; None: each run's training length doubled up to ``up_to``.
+        lengths: evaluation lengths; None: :func:`default_lengths` of each run, up to ``up_to``.
         sequences: sequences per length (and depth); default: the task's choice, else
             :func:`posenc.evaluate.default_sequences` (at least 64).
         device: ``auto``, ``cpu`` or ``cuda``.
@@ -180,11 +202,12 @@ def extrapolate(
 
 
 def _lengths_for(config: dict, lengths: list[int] | None, up_to: int, learned: bool) -> list[int]:
-    """The lengths to evaluate a run at: ``lengths`` (default: its training length doubled up to ``up_to``);
+    """The lengths to evaluate a run at: ``lengths`` (default: :func:`default_lengths` up to ``up_to``);
     a run whose configuration did not learn its task in distribution only at its training length, where it
     is reported as not learned: past it there is nothing to compare."""
     train_length = _train_length(config)
-    wanted = lengths or doubling_lengths(train_length, up_to)
+    task = config.get("task") if isinstance(config.get("task"), dict) else {}
+    wanted = lengths or default_lengths(train_length, up_to, bool(task.get("variable_length")))
     if not learned:
         return [n for n in wanted if n == train_length] or [train_length]
     return wanted

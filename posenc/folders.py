@@ -1,21 +1,29 @@
-"""Result folders updated all-or-nothing: a reader sees a folder's old set of files or its new set, never
-a mix, whatever stops the writer (an error, a full disk, Ctrl-C, ``kill -9``).
+"""Result files written all-or-nothing, file by file: a command's new tables, figures and report replace
+their old versions together or not at all, whatever stops the writer (an error, a full disk, Ctrl-C,
+``kill -9``), and nothing else in the folder is touched.
 
-A command that writes a result folder ``out`` (``compare``, ``report``, ``extrapolate``, ``runs --out``,
-``kernels``) does it inside :func:`updating`:
+A command that writes result files into a folder ``out`` (``compare``, ``report``, ``extrapolate``,
+``runs --out``, ``kernels``) does it inside :func:`updating`:
 
-1. take the folder's lock (a sibling file ``.<name>.posenc-lock``: a lock inside the folder would be swapped
-   away with it), so that two commands into one folder run one after the other and each merges into the
-   other's result;
-2. copy the folder into a staging folder beside it and write the new files there (copies, not hard
-   links: a writer editing a hard-linked file in place would edit the old set too; result folders are
-   megabytes, so the copy costs little);
-3. swap the staging folder and ``out`` in one atomic ``renameat2(RENAME_EXCHANGE)`` (Linux), then delete
-   the old set. Where the exchange is not offered, ``out`` is renamed aside and the new set renamed into
-   place; a kill between the two renames leaves no ``out`` but its old set beside it, which the next
-   command into ``out`` (or :func:`recover`) puts back before anything else.
+1. refuse an ``out`` that is no result folder (:func:`posenc.arguments.check_out_folder`: the root of a git
+   repository, a run folder, a symlink to nothing) and follow a symlink to the folder it names (the link
+   stays a link);
+2. take the folder's lock (a sibling file ``.<name>.posenc-lock``), so that two commands into one folder run
+   one after the other and each merges into the other's result; then finish or clean up what a killed
+   writer left (:func:`recover`);
+3. hand the command an empty staging folder to write its new files into (``out/.posenc-staging-XXXX``; while
+   ``out`` does not exist yet, ``.<name>.posenc-staging-XXXX`` beside it). :func:`discard` marks files of an
+   earlier command for removal (``compare`` without ``--choose`` drops an earlier ``choices.*``);
+4. commit. A new ``out`` is the staging folder renamed into place in one step (``renameat2`` with
+   ``RENAME_NOREPLACE`` on Linux). Into an existing ``out``, a commit record is written into the staging
+   folder first (atomically, naming every file to move and to remove); then each new file is renamed over
+   its old version, the discarded ones are removed, and the staging folder is deleted. A writer stopped
+   before the record leaves the old set (the next writer deletes its staging folder); stopped after it, the
+   next writer into ``out`` (or :func:`recover`) finishes the renames from the record: the new set.
 
-Leftover staging folders of killed writers are deleted by the next writer, under the lock.
+Nothing else in ``out`` is read, copied, moved or deleted: run folders (a training run writing under
+``out/runs/`` at that moment), a user's notes and other commands' tables keep their inode, content and
+mtime, and ``out`` itself stays the same folder (a shell inside it stays inside it).
 """
 
 from __future__ import annotations
@@ -23,73 +31,194 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import json
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from posenc.arguments import check_out_folder
 from posenc.errors import PosencError
 from posenc.files import _umask
 
-_STAGING = "posenc-staging"  # .<name>.posenc-staging-XXXX: a new set being written
-_OLD = "posenc-old"  # .<name>.posenc-old-XXXX: an old set renamed aside (the fallback swap)
+_STAGING = "posenc-staging"  # out/.posenc-staging-XXXX, or .<name>.posenc-staging-XXXX beside a new `out`
+_OLD = "posenc-old"  # .<name>.posenc-old-XXXX: an old set renamed aside by posenc versions that swapped folders
+_RECORD = ".posenc-commit.json"  # in a staging folder: its files are committed, to be moved into `out`
 _RESERVE = len(".." + _STAGING + "-") + 40  # a result folder's name leaves room for its staging names
-_RENAME_EXCHANGE = 2  # linux/fs.h
+_RENAME_NOREPLACE = 1  # linux/fs.h
 _AT_FDCWD = -100
+_DISCARDS: dict[Path, list[str]] = {}  # staging folder -> glob patterns of files to remove from `out`
 
 
 def lock_path(out: Path) -> Path:
-    """The lock file of result folder ``out``: beside it, so that it survives the folder's swap."""
+    """The lock file of result folder ``out``: beside it, so that creating ``out`` is under the lock too."""
     return out.parent / f".{out.name}.posenc-lock"
 
 
-def _siblings(out: Path, kind: str) -> list[Path]:
-    return sorted(out.parent.glob(f".{out.name}.{kind}-*"))
+def _stages(out: Path) -> list[Path]:
+    """Staging folders of ``out`` (beside it, then inside it), oldest first within each place."""
+    found = sorted(out.parent.glob(f".{out.name}.{_STAGING}-*"), key=_mtime)
+    if out.is_dir():
+        found += sorted(out.glob(f".{_STAGING}-*"), key=_mtime)
+    return [p for p in found if p.is_dir() and not p.is_symlink()]
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.lstat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def recover(out: Path) -> None:
-    """Put back an old set left aside by a writer killed mid-swap, and delete staging leftovers.
+    """Finish the commit of a writer killed while moving its files into ``out`` (the new set), and delete
+    staging folders of writers killed before committing (the old set stays). Also puts back an old set left
+    aside by a posenc version that swapped whole folders.
 
     Call with the folder's lock held (:func:`updating` does)."""
-    old = _siblings(out, _OLD)
+    out = Path(os.path.abspath(out))
+    old = sorted(out.parent.glob(f".{out.name}.{_OLD}-*"))
     if old and not out.exists():
         os.rename(old[-1], out)
         old = old[:-1]
-    for path in old + _siblings(out, _STAGING):
+    for path in old:
         shutil.rmtree(path, ignore_errors=True)
+    for stage in _stages(out):
+        record = _read_record(stage)
+        if record is None:
+            shutil.rmtree(stage, ignore_errors=True)
+        else:
+            _move_in(stage, out, record)
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap the directories ``a`` and ``b`` (Linux ``renameat2``); False where not offered."""
+def discard(stage: Path, pattern: str) -> None:
+    """Inside :func:`updating`: remove the files of ``out`` matching ``pattern`` (a glob relative to
+    ``out``) when the new set is committed, unless the new set holds a file of that name."""
+    _DISCARDS.setdefault(Path(stage), []).append(pattern)
+
+
+def _staged(stage: Path) -> list[str]:
+    """Every file (and symlink) under ``stage``, as names relative to it, the commit record's left out."""
+    names = []
+    for root, dirs, files in os.walk(stage):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            names.append(Path(os.path.relpath(os.path.join(root, name), stage)).as_posix())
+    return sorted(n for n in names if not n.startswith(_RECORD))
+
+
+def _read_record(stage: Path) -> dict | None:
+    try:
+        record = json.loads((stage / _RECORD).read_text())
+        return {"files": [str(n) for n in record["files"]], "remove": [str(n) for n in record["remove"]]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no record (or none whole: it is written atomically): the staging folder was not committed
+
+
+def _write_record(stage: Path, record: dict) -> None:
+    tmp = stage / f"{_RECORD}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, stage / _RECORD)
+    _fsync_dir(stage)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # a file system without directory fsync
+        pass
+    finally:
+        os.close(fd)
+
+
+def _inside(out: Path, name: str) -> Path | None:
+    """``out / name`` for a plain relative name; None for anything that would leave ``out``."""
+    parts = Path(name).parts
+    if not parts or Path(name).is_absolute() or ".." in parts:
+        return None
+    return out / name
+
+
+def _move_in(stage: Path, out: Path, record: dict) -> None:
+    """Rename the record's files from ``stage`` into ``out`` and remove its discarded ones, then delete
+    ``stage``. Idempotent: files already moved are skipped, so a killed commit is finished by running this
+    again."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in record["files"]:
+        source, target = stage / name, _inside(out, name)
+        if target is None or not os.path.lexists(source):
+            continue
+        if target.parent != out:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, target)
+    for name in record["remove"]:
+        target = _inside(out, name)
+        if target is not None:
+            with suppress(FileNotFoundError):
+                os.unlink(target)
+    _fsync_dir(out)
+    os.unlink(stage / _RECORD)
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def _rename_noreplace(source: Path, target: Path) -> bool:
+    """Rename folder ``source`` to ``target`` unless ``target`` exists, in one step (Linux ``renameat2``);
+    False where ``target`` exists or the call is not offered."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         renameat2 = libc.renameat2
     except (OSError, AttributeError, TypeError):
         return False
     renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+    if renameat2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE) == 0:
         return True
     err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):  # file system or kernel without the exchange
-        return False
-    raise OSError(err, os.strerror(err), str(b))
+    if err in (errno.EEXIST, errno.ENOTEMPTY, errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False  # `target` appeared meanwhile, or a file system or kernel without the call
+    raise OSError(err, os.strerror(err), str(target))
 
 
-def publish(stage: Path, out: Path) -> None:
-    """Make ``stage`` the folder ``out`` in one step and delete ``out``'s old set."""
-    if not out.exists():
-        os.rename(stage, out)
-        return
-    if _exchange(stage, out):
-        shutil.rmtree(stage, ignore_errors=True)  # `stage` now holds the old set
-        return
-    aside = out.parent / f".{out.name}.{_OLD}-{uuid.uuid4().hex}"
-    os.rename(out, aside)  # rename(2) does not replace a non-empty folder: `out` has to go first
-    os.rename(stage, out)  # a kill between the two leaves `aside` for recover() to put back
-    shutil.rmtree(aside, ignore_errors=True)
+def _in_the_way(out: Path, names: list[str]) -> None:
+    """Raise unless every staged file can be renamed into ``out``: no folder where a file goes, no file
+    where a folder goes (checked before the commit record, so that a commit does not stop half-way)."""
+    for name in names:
+        target = _inside(out, name)
+        if target is None:
+            raise PosencError(f"cannot write {name!r} into {out}: not a name inside it")
+        for parent in reversed(target.relative_to(out).parents[:-1]):
+            if os.path.lexists(out / parent) and not (out / parent).is_dir():
+                raise PosencError(f"cannot write tables to {out}: {out / parent} is a file, not a folder")
+        if target.is_dir() and not target.is_symlink():
+            raise PosencError(f"cannot write {target}: a folder of that name is in the way")
+
+
+def _commit(stage: Path, out: Path, discards: list[str]) -> None:
+    """Make the files written under ``stage`` ``out``'s, all or none (see the module docstring)."""
+    if stage.parent != out:  # `out` did not exist when the writer began: it appears whole, in one rename
+        if _rename_noreplace(stage, out):
+            return
+        out.mkdir(parents=True, exist_ok=True)  # it appeared meanwhile (or no renameat2): file by file
+    names = _staged(stage)
+    remove = sorted({p.relative_to(out).as_posix() for pattern in discards for p in out.glob(pattern)
+                     if not p.is_dir() or p.is_symlink()} - set(names))
+    _in_the_way(out, names)
+    record = {"files": names, "remove": remove}
+    _write_record(stage, record)
+    try:
+        _move_in(stage, out, record)
+    except KeyboardInterrupt:  # a few renames from done: finish them rather than leave the set half-moved
+        _move_in(stage, out, record)
+    except OSError as err:
+        raise PosencError(f"cannot write tables to {out}: {err.strerror or err}; the rest of the new files "
+                          f"wait in {stage}, and the next posenc command writing there puts them in place") from err
 
 
 def check_writable(what: str, location: str | Path, reserve: int = 0) -> None:
@@ -113,13 +242,16 @@ def check_writable(what: str, location: str | Path, reserve: int = 0) -> None:
 
 
 def check_destination(out: Path) -> None:
-    """Refuse, before any work, a result folder :func:`updating` could not write."""
+    """Refuse, before any work, an ``--out`` that is no result folder (:func:`check_out_folder`: the working
+    directory, a git repository's root, a run folder, a symlink to nothing) or that :func:`updating` could not
+    write."""
+    real = check_out_folder(out, "--out")
     check_writable("--out", out, reserve=_RESERVE)
-    _check_folder(Path(out))
+    _check_folder(real)
 
 
 def _check_folder(out: Path) -> None:
-    """``out`` is a folder this user may change, or nothing yet (a swap would bypass a folder's mode)."""
+    """``out`` is a folder this user may write into, or nothing yet."""
     if out.exists() and not out.is_dir():
         raise PosencError(f"cannot write tables to {out}: it is a file, not a folder")
     if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
@@ -128,10 +260,11 @@ def _check_folder(out: Path) -> None:
 
 @contextmanager
 def updating(out: Path) -> Iterator[Path]:
-    """Lock result folder ``out`` and yield a staging copy of it to write into; on a normal exit the
-    staging folder becomes ``out`` atomically, on any exception (or interrupt) it is deleted and ``out`` is
-    untouched. OS errors become one :class:`PosencError` line."""
-    out = Path(os.path.abspath(out))
+    """Lock result folder ``out`` and yield an empty staging folder to write the command's new files into;
+    on a normal exit they replace their namesakes in ``out`` all together (see the module docstring), on any
+    exception (or interrupt) before that the staging folder is deleted and ``out`` is untouched. Files of
+    ``out`` the command did not write are never touched. OS errors become one :class:`PosencError` line."""
+    out = check_out_folder(out, "cannot write results to", working_directory=True)  # absolute, links followed
     stage: Path | None = None
     try:
         _check_folder(out)
@@ -148,21 +281,23 @@ def updating(out: Path) -> Iterator[Path]:
             pass
         try:
             recover(out)
-            stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.{_STAGING}-", dir=out.parent))
-            os.chmod(stage, 0o777 & ~_umask())  # mkdtemp makes 0700; a new result folder gets the usual mode
             if out.is_dir():
-                os.rmdir(stage)
-                shutil.copytree(out, stage, symlinks=True)
+                stage = Path(tempfile.mkdtemp(prefix=f".{_STAGING}-", dir=out))
+            else:
+                stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.{_STAGING}-", dir=out.parent))
+                os.chmod(stage, 0o777 & ~_umask())  # mkdtemp makes 0700; a new result folder gets the usual mode
             yield stage
-            publish(stage, out)
+            _commit(stage, out, _DISCARDS.pop(stage, []))
             stage = None
         except OSError as err:
             raise PosencError(f"cannot write tables to {out}: {err.strerror or err}") from err
         finally:
             if stage is not None:
-                shutil.rmtree(stage, ignore_errors=True)
+                _DISCARDS.pop(stage, None)
+                if not (stage / _RECORD).exists():  # committed, half moved: recover() finishes it
+                    shutil.rmtree(stage, ignore_errors=True)
 
 
 def moved(paths, stage: Path, out: Path):
-    """``paths`` written under ``stage``, named where they are once published under ``out``."""
+    """``paths`` written under ``stage``, named where they are once committed into ``out``."""
     return [Path(out) / Path(p).relative_to(stage) for p in paths]

@@ -1,6 +1,7 @@
 """The evaluation pipeline's last steps, shared by the commands: merge new evaluations into an output
-folder's store, select what is compared, aggregate, render - all into a staging copy of the folder that
-replaces it in one step (posenc.folders.updating: a reader sees the old set or the new, never a mix).
+folder's store, select what is compared, aggregate, render - all into a staging folder whose files then
+replace their namesakes together (posenc.folders.updating: the old set or the new, never a mix; nothing else
+in the folder is touched).
 
     posenc extrapolate:  extrapolate (new rows) -> store_into(out)   -> store.merge -> write
     posenc compare:      extrapolate (new rows) -> compare_into(out) -> store.merge -> aggregate -> render
@@ -14,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from posenc import files as run_files
-from posenc.folders import moved, updating
+from posenc.folders import discard, moved, updating
 from posenc.compare import TABLE_STEM, aggregate, variants
 from posenc.errors import PosencError
 from posenc.report import render
@@ -66,8 +67,7 @@ def compare_into(
     with updating(out) as stage:  # a parallel command into the same folder merges, never overwrites
         merged = merge(read_results(out), new)
         paths = write_results(stage, merged, summary=summary_markdown(merged.evaluations))
-        for stale in stage.glob(f"{CHOICES_STEM}.*"):  # from an earlier --choose: not this comparison's
-            stale.unlink()
+        discard(stage, f"{CHOICES_STEM}.*")  # from an earlier --choose: not this comparison's
         if choices is not None:
             paths += write_tables(choices, stage, CHOICES_STEM)
         comparison, more, figures = _write(stage, select(merged, run_ids, lengths), command, choices)

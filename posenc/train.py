@@ -126,7 +126,8 @@ def train(
             "checks": checks, "learned_at": learned_at,
         })  # fmt: skip
 
-    lo = cfg.task.min_length if cfg.task.variable_length else cfg.task.length
+    lo, hi = cfg.training_lengths(task)
+    check_at = check_lengths(lo, hi)  # mastery is judged over the training distribution, not at L alone
     n_params = sum(p.numel() for p in model.parameters())
     log.info(
         "training %s on %s (length %d), %d steps, %s parameters, device %s -> %s",
@@ -155,8 +156,8 @@ def train(
             for step in range(first, t.steps + 1):
                 if learned_at is not None:
                     break  # resumed after the criterion was met: nothing left to train
-                length = int(torch.randint(lo, cfg.task.length + 1, (1,), generator=data))  # one per batch
-                batch = task.sample(t.batch_size, length, data).to(device)
+                batch, length = draw_batch(task, t.batch_size, lo, hi, cfg.task.length_draw, data)
+                batch = batch.to(device)
                 with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
                     logits = step_model(batch.inputs)
                     loss = answer_loss(logits.float(), batch)
@@ -188,7 +189,7 @@ def train(
                         "run the same command again to resume", 128 + stop.received,
                     )
                 if mastery and step % t.check_every == 0:
-                    score = mastery_check(model, task, cfg.task.length, t.check_sequences)
+                    score = mastery_check(model, task, check_at, t.check_sequences)
                     checks.append([step, score])
                     tracker.log_metrics(step, {"heldout_exact_match": score})
                     log.info("step %d  held-out exact match %.4f (target %.2f)", step, score, t.target_exact_match)
@@ -207,7 +208,7 @@ def train(
             "encoder": cfg.encoder.name, "task": cfg.task.name, "train_length": cfg.task.length,
             "seed": cfg.seed, "steps": trained, "budget": t.steps, "train_seconds": round(seconds, 2),
             "device": str(device), "parameters": n_params, "eval_length": cfg.task.length, **final,
-            "steps_to_learn": learned_at, "checks": checks,
+            "steps_to_learn": learned_at, "checks": checks, "train_lengths": [lo, hi], "check_lengths": check_at,
             # Mastery: a check on held-out (validation) sequences reached the target; the final metrics above are
             # an independent test sample, reported as they are. Without checks (check_every=0) the final exact
             # match decides; tasks without an exact-match criterion (lm) count as learned.
@@ -220,8 +221,8 @@ def train(
         tracker.log_final(metrics, [run_dir / name for name in (run_files.CONFIG_FILE, run_files.HISTORY_FILE,
                                                                 run_files.METRICS_FILE)])
         if not metrics["learned"]:
-            log.warning("NOT LEARNED: held-out exact match stayed below %.2f at length %d for the whole budget "
-                        "(%d steps)", t.target_exact_match, cfg.task.length, t.steps)
+            log.warning("NOT LEARNED: held-out exact match stayed below %.2f at lengths %d-%d for the whole "
+                        "budget (%d steps)", t.target_exact_match, lo, hi, t.steps)
         log.info(
             "done in %.1f s: exact match %.4f, token accuracy %.4f, loss %.4f at length %d (%d sequences)",
             seconds, final["exact_match"], final["token_accuracy"], final["loss"], cfg.task.length,
@@ -231,11 +232,39 @@ def train(
 
 
 CHECK_SEED = 4321  # held-out sequences of the mastery checks: neither training data nor the final evaluation's
+CHECK_LENGTHS = 8  # a mastery check scores at most this many lengths spread over the training range
 
 
-def mastery_check(model: torch.nn.Module, task, length: int, sequences: int) -> float:
-    """Exact match of ``model`` on ``sequences`` held-out sequences at the training ``length``."""
-    return evaluate(model, task, length, sequences, seed=CHECK_SEED)["exact_match"]
+def draw_batch(task, batch_size: int, lo: int, hi: int, draw: str, generator: torch.Generator):
+    """One training batch with lengths uniform on ``[lo, hi]``: per sequence (``draw="example"``, a mixed,
+    right-padded batch) or one length for the whole batch (``"batch"``); ``lo == hi``: all at ``hi``.
+    Returns the batch and its width (the longest length in it)."""
+    if lo == hi:
+        return task.sample(batch_size, hi, generator), hi
+    if draw == "batch":
+        length = int(torch.randint(lo, hi + 1, (1,), generator=generator))
+        return task.sample(batch_size, length, generator), length
+    lengths = torch.randint(lo, hi + 1, (batch_size,), generator=generator)
+    return task.sample_mixed(lengths, generator), int(lengths.max())
+
+
+def check_lengths(lo: int, hi: int, most: int = CHECK_LENGTHS) -> list[int]:
+    """The lengths a mastery check scores: ``hi`` alone for fixed-length training, else up to ``most``
+    lengths evenly spaced over ``[lo, hi]`` (both ends included), so that the check samples the training
+    distribution (uniform lengths) rather than its longest length alone."""
+    if lo >= hi:
+        return [hi]
+    count = min(most, hi - lo + 1)
+    return sorted({round(lo + (hi - lo) * k / (count - 1)) for k in range(count)})
+
+
+def mastery_check(model: torch.nn.Module, task, lengths: int | list[int], sequences: int) -> float:
+    """Exact match of ``model`` on ``sequences`` held-out sequences spread evenly over ``lengths`` (the
+    training distribution; see :func:`check_lengths`): the mean over every sequence scored."""
+    lengths = [lengths] if isinstance(lengths, int) else list(lengths)
+    each = math.ceil(sequences / len(lengths))
+    scores = [evaluate(model, task, n, each, seed=CHECK_SEED)["exact_match"] for n in lengths]
+    return sum(scores) / len(scores)
 
 
 def _finished(state: dict[str, Any], cfg: RunConfig) -> bool:

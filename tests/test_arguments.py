@@ -5,6 +5,7 @@ import pytest
 from posenc.arguments import (
     MAX_DISTANCE,
     check_eval_options,
+    check_out_folder,
     check_factor,
     check_max_distance,
     parse_encoders,
@@ -101,3 +102,51 @@ def test_parse_scalings_refuses_bad_options_in_one_line(text, message):
     with pytest.raises(PosencError) as err:
         parse_scalings(text)
     assert str(err.value).startswith(message) and len(str(err.value).splitlines()) == 1
+
+
+@pytest.fixture
+def places(tmp_path, monkeypatch):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    (tmp_path / "worktree").mkdir()
+    (tmp_path / "worktree" / ".git").write_text("gitdir: elsewhere\n")  # a worktree's or submodule's .git file
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"w")
+    (tmp_path / "started").mkdir()
+    (tmp_path / "started" / "config.yaml").write_text("x")
+    (tmp_path / "started" / "train.log").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing")
+    monkeypatch.chdir(tmp_path / "work")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ("", "--out '': it is the working directory ("),
+    (".", "--out .: it is the working directory ("),
+    ("{tmp}/work", "--out {tmp}/work: it is the working directory"),
+    ("{tmp}/repo", "--out {tmp}/repo: it is the root of a git repository (it holds .git)"),
+    ("{tmp}/worktree", "--out {tmp}/worktree: it is the root of a git repository"),
+    ("{tmp}/run", "--out {tmp}/run: it is a run folder (it holds checkpoint.pt)"),
+    ("{tmp}/started", "--out {tmp}/started: it is a run folder (it holds config.yaml)"),
+    ("{tmp}/dangling", "--out {tmp}/dangling: it is a symlink to {tmp}/missing, which does not exist"),
+])  # fmt: skip
+def test_check_out_folder_refuses_places_that_are_no_result_folder(places, given, message):
+    with pytest.raises(PosencError) as err:
+        check_out_folder(given.format(tmp=places))
+    assert str(err.value).startswith(message.format(tmp=places)) and len(str(err.value).splitlines()) == 1
+
+
+def test_check_out_folder_accepts_result_folders_and_follows_links(places):
+    (places / "results" / "runs" / "r").mkdir(parents=True)  # a folder holding runs, not a run
+    (places / "results" / "runs" / "r" / "checkpoint.pt").write_bytes(b"w")
+    (places / "notes").mkdir()
+    (places / "notes" / "config.yaml").write_text("a config of the user's own, no run beside it")
+    assert check_out_folder(places / "results") == places / "results"
+    assert check_out_folder(places / "notes") == places / "notes"
+    assert check_out_folder("new/tables") == places / "work" / "new" / "tables"
+    (places / "link").symlink_to(places / "results")
+    assert check_out_folder(places / "link") == places / "results"
+    assert check_out_folder(".", working_directory=True) == places / "work"  # posenc report . in its folder
+    with pytest.raises(PosencError, match="git repository"):
+        (places / "to-repo").symlink_to(places / "repo")
+        check_out_folder(places / "to-repo")

@@ -1,5 +1,6 @@
-"""Result folders are replaced all-or-nothing: after an error, a full disk, Ctrl-C or kill -9 at any moment
-a folder holds its old set of files or its new set, never a mix (posenc/folders.py)."""
+"""Result files are written all-or-nothing: after an error, a full disk, Ctrl-C or kill -9 at any moment
+a folder holds its old set of posenc's files or its new set, never a mix, and every other file in it is
+left as it was (posenc/folders.py; tests/test_result_writes.py checks the commands)."""
 
 import errno
 import os
@@ -14,7 +15,7 @@ from fake_results import fake_run, results_of
 
 from posenc import files
 from posenc.errors import PosencError
-from posenc.folders import lock_path, recover, updating
+from posenc.folders import discard, lock_path, recover, updating
 from posenc.pipeline import compare_into, regenerate
 
 
@@ -24,8 +25,10 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def leftovers(out: Path) -> list[str]:
-    """Anything beside ``out`` but its lock file: staging or old sets."""
-    return sorted(p.name for p in out.parent.glob(f".{out.name}.*") if p != lock_path(out))
+    """Anything beside ``out`` but its lock file, and any staging folder inside it: staging or old sets."""
+    beside = [p.name for p in out.parent.glob(f".{out.name}.*") if p != lock_path(out)]
+    inside = [p.name for p in out.glob(".posenc-staging-*")] if out.is_dir() else []
+    return sorted(beside + inside)
 
 
 def test_a_new_folder_appears_whole_and_nothing_else_is_left(tmp_path):
@@ -140,8 +143,8 @@ def test_a_file_where_the_folder_should_be_is_one_error(tmp_path):
 
 
 def test_recover_puts_back_an_old_set_left_aside_by_a_kill(tmp_path):
-    """The fallback swap (no atomic exchange) renames the old set aside first: killed right then, the next
-    writer finds no folder and puts the old set back before anything else."""
+    """Upgrading from posenc versions that swapped whole folders: their fallback swap renamed the old set
+    aside first; killed right then, the next writer finds no folder and puts the old set back first."""
     out = tmp_path / "report"
     aside = tmp_path / ".report.posenc-old-1234"
     aside.mkdir()
@@ -151,17 +154,81 @@ def test_recover_puts_back_an_old_set_left_aside_by_a_kill(tmp_path):
     assert snapshot(out) == {"table.csv": b"old"} and leftovers(out) == []
 
 
+def _stat(path: Path) -> tuple:
+    st = path.lstat()
+    return st.st_ino, st.st_mtime_ns, path.read_bytes()
+
+
+def test_only_the_files_written_are_replaced_in_place(tmp_path):
+    """The folder is not copied or swapped: a file posenc did not write keeps its inode and mtime, a
+    subfolder (a run) is left alone, and the folder itself is the same folder."""
+    out = tmp_path / "results"
+    (out / "runs" / "r").mkdir(parents=True)
+    (out / "runs" / "r" / "train.log").write_text("step 1\n")
+    (out / "notes.md").write_text("mine")
+    (out / "table.csv").write_text("old")
+    kept = {p: _stat(p) for p in (out / "notes.md", out / "runs" / "r" / "train.log")}
+    folder = out.stat().st_ino
+    with updating(out) as stage:
+        assert stage.parent == out and list(stage.iterdir()) == []  # an empty staging folder, no copy
+        files.atomic_write_text(stage / "table.csv", "new")
+    assert {p: _stat(p) for p in kept} == kept and out.stat().st_ino == folder
+    assert (out / "table.csv").read_text() == "new" and leftovers(out) == []
+
+
+def test_discard_removes_only_matching_files_not_rewritten(tmp_path):
+    out = tmp_path / "report"
+    out.mkdir()
+    for name in ("choices.csv", "choices.md", "choices-mine.txt", "table.csv"):
+        (out / name).write_text("old")
+    with updating(out) as stage:
+        files.atomic_write_text(stage / "choices.md", "new")
+        discard(stage, "choices.*")
+    assert snapshot(out) == {"choices-mine.txt": b"old", "choices.md": b"new", "table.csv": b"old"}
+
+
+def test_a_folder_in_the_way_stops_the_write_before_any_file_moves(tmp_path):
+    out = tmp_path / "report"
+    (out / "b.csv").mkdir(parents=True)  # where the new b.csv would go
+    (out / "a.csv").write_text("old")
+    with pytest.raises(PosencError, match="b.csv: a folder of that name is in the way"):
+        with updating(out) as stage:
+            files.atomic_write_text(stage / "a.csv", "new")
+            files.atomic_write_text(stage / "b.csv", "new")
+    assert snapshot(out) == {"a.csv": b"old"} and leftovers(out) == []
+
+
+def test_recover_finishes_a_commit_stopped_half_way_and_drops_an_uncommitted_one(tmp_path):
+    """A staging folder with its commit record is the new set: the files still in it are moved in (those
+    already moved are not touched again); one without a record never became anything and is deleted."""
+    out = tmp_path / "report"
+    out.mkdir()
+    for name in ("a.csv", "b.csv", "stale.md", "mine.txt"):
+        (out / name).write_text("old")
+    (out / "a.csv").write_text("new")  # moved before the kill
+    committed = out / ".posenc-staging-1"
+    committed.mkdir()
+    (committed / "b.csv").write_text("new")
+    (committed / ".posenc-commit.json").write_text('{"files": ["a.csv", "b.csv"], "remove": ["stale.md"]}')
+    abandoned = out / ".posenc-staging-2"
+    abandoned.mkdir()
+    (abandoned / "mine.txt").write_text("never committed")
+    recover(out)
+    assert snapshot(out) == {"a.csv": b"new", "b.csv": b"new", "mine.txt": b"old"} and leftovers(out) == []
+
+
 _WRITER = """
 import os, sys, time
 from pathlib import Path
 import posenc.folders as folders
-if sys.argv[2] == "fallback":
-    folders._exchange = lambda a, b: False
-    real = os.rename
-    def slow(a, b):
-        real(a, b)
-        time.sleep(0.05)  # widen the window between the fallback's two renames
-    folders.os.rename = slow
+if sys.argv[2] == "no renameat2":
+    folders._rename_noreplace = lambda a, b: False
+real = os.replace
+def slow(a, b):
+    real(a, b)
+    time.sleep(0.02)  # widen the windows between the commit's renames
+folders.os.replace = slow
+print("ready", flush=True)
 with folders.updating(Path(sys.argv[1])) as stage:
     for i in range(20):
         (stage / f"f{i}.txt").write_text("new")
@@ -170,23 +237,42 @@ with folders.updating(Path(sys.argv[1])) as stage:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("swap", ["exchange", "fallback"])
-def test_kill_9_at_random_moments_leaves_one_whole_set(tmp_path, swap):
+@pytest.mark.parametrize("case", ["existing folder", "new folder", "no renameat2"])
+def test_kill_9_at_random_moments_leaves_one_whole_set(tmp_path, case):
+    """A writer killed at moments spread over its writes and its commit: after what the next writer does
+    first (recover), the folder holds the old set or the new one, and a file posenc did not write, a run's
+    log beside them, is exactly as it was."""
     out = tmp_path / "report"
-    old = {f"f{i}.txt": b"old" for i in range(20)}
+    old = {} if case != "existing folder" else {f"f{i}.txt": b"old" for i in range(20)}
     new = {f"f{i}.txt": b"new" for i in range(20)}
-    for trial in range(12):
-        out.mkdir(exist_ok=True)
-        for name, data in old.items():
-            (out / name).write_bytes(data)
-        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(out), swap])
-        time.sleep(0.25 + 0.03 * trial)  # interpreter start, then moments spread over the writes and swap
+    seen = set()
+    trials = 14
+    for trial in range(trials):
+        if out.exists():
+            for name in new:
+                (out / name).unlink(missing_ok=True)
+        if case == "existing folder":
+            out.mkdir(exist_ok=True)
+            for name, data in old.items():
+                (out / name).write_bytes(data)
+            (out / "runs").mkdir(exist_ok=True)
+            (out / "runs" / "train.log").write_text("step 1\n")
+            mine = _stat(out / "runs" / "train.log")
+        elif out.exists():
+            import shutil
+
+            shutil.rmtree(out)
+        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(out), case], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.6 * trial / (trials - 1))  # from the first write to past the last rename
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        proc.stdout.close()
         recover(out)  # what the next writer does first
-        now = snapshot(out)
-        assert now in (old, new), f"trial {trial}: a mix of {sorted(set(now.values()))}"
+        now = {k: v for k, v in snapshot(out).items() if not k.startswith("runs")} if out.exists() else {}
+        assert now in (old, new), f"trial {trial}: a mix of {sorted(set(now.values()))} ({len(now)} files)"
+        seen.add("new" if now == new else "old")
         assert leftovers(out) == []
-        if now == new:
-            for name in old:
-                os.remove(out / name)
+        if case == "existing folder":
+            assert _stat(out / "runs" / "train.log") == mine
+    assert seen == {"old", "new"}  # the kills did land both before and after the commit

@@ -8,13 +8,17 @@ import pytest
 from posenc.stats import (
     Z95,
     Estimate,
+    batch_means_variance,
     exact_match_halfwidth,
     group_estimate,
+    normal_quantile,
     paired_difference,
+    t_quantile,
     wilson_interval,
 )
 
 Z2 = Z95**2
+T1, T2 = 12.706204736174707, 4.302652729749464  # two-sided 95% Student-t quantiles, 1 and 2 df
 
 
 def ones_then_zeros(n_ones: int, n: int) -> np.ndarray:
@@ -118,8 +122,9 @@ def test_group_design_effect_cap():
     # token accuracy all 0.5: no spread at all -> n_eff = N_total
     flat = group_estimate([np.full(64, 0.5)])
     assert (flat.low, flat.high) == pytest.approx(wilson_interval(0.5, 64))
-    # little spread: p(1-p)/V = 0.25/0.0001 = 2500 trials, capped at the 64 sequences there are
-    near = group_estimate([np.full(32, 0.49), np.full(32, 0.51)])
+    # little spread: V = (t_1/z)²·var([0.499, 0.501])/2 = 42.03·1e-6, p(1-p)/V = 0.25/4.2e-5 ≈ 5950 trials,
+    # capped at the 64 sequences there are
+    near = group_estimate([np.full(32, 0.499), np.full(32, 0.501)])
     assert (near.low, near.high) == pytest.approx(wilson_interval(0.5, 64))
 
 
@@ -133,10 +138,11 @@ def test_group_drops_nans_and_empty_seeds():
 
 
 def test_group_unbounded_loss_by_hand():
-    # seed means 2 and 3: V_between = 0.5/2 = 0.25; pooled var 5.5/5 = 1.1, /6 = 0.183 -> V = 0.25
+    # seed means 2 and 3: V_between = 0.5/2 = 0.25 with 1 df, so half-width t_1·0.5 = 6.35 (the seeds' own
+    # t-interval); pooled var 5.5/5 = 1.1, /6 = 0.183 -> z·sqrt(0.183) = 0.84 is the smaller
     est = group_estimate([np.array([1.0, 2.0, 3.0]), np.array([2.0, 3.0, 4.0])], bounded=False)
     assert est.mean == 2.5
-    assert (est.low, est.high) == (pytest.approx(2.5 - Z95 * 0.5), pytest.approx(2.5 + Z95 * 0.5))
+    assert (est.low, est.high) == (pytest.approx(2.5 - T1 * 0.5), pytest.approx(2.5 + T1 * 0.5))
     same = group_estimate([np.full(8, 3.7)] * 2, bounded=False)
     assert same.low == same.high == pytest.approx(3.7)
 
@@ -198,10 +204,11 @@ def test_paired_unbounded_by_hand():
 
 
 def test_paired_seed_term():
-    # a's two seeds differ by a constant 1: D is constant (V_seq = 0), V_between = var([m, m+1])/2 = 0.25
+    # a's two seeds differ by a constant 1: D is constant (V_seq = 0), V_between = var([m, m+1])/2 = 0.25,
+    # 1 df (b has one seed): half-width t_1·0.5
     x = np.linspace(2.0, 3.0, 10)
     est = paired_difference([x, x + 1], [x, x], bounded=False)
-    assert est.mean == pytest.approx(0.5) and est.half_width == pytest.approx(Z95 * 0.5)
+    assert est.mean == pytest.approx(0.5) and est.half_width == pytest.approx(T1 * 0.5)
 
 
 def test_paired_loss_values_unclipped():
@@ -225,3 +232,163 @@ def test_paired_truncates_to_common_prefix_and_drops_nans():
     assert paired_difference(holed, b) == paired_difference([v[keep] for v in a], [v[keep] for v in b])
     assert paired_difference(a[:1], b).n_seeds == 1
     assert math.isnan(paired_difference([np.array([])], b).mean)
+
+
+# --- quantiles ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "df, level, expected",  # published two-sided Student-t quantiles (tables print the first 3-4 digits)
+    [(1, 0.95, 12.7062047362), (2, 0.95, 4.3026527297), (3, 0.95, 3.1824463053), (4, 0.95, 2.7764451052),
+     (5, 0.95, 2.5705818356), (10, 0.95, 2.2281388520), (30, 0.95, 2.0422724563), (100, 0.95, 1.9839715185),
+     (1, 0.99, 63.6567411629), (2, 0.99, 9.9248432009), (3, 0.99, 5.8409093097), (30, 0.99, 2.7499956536)],
+)
+def test_t_quantile_published(df, level, expected):
+    assert t_quantile(df, level) == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize("level", [0.5, 0.9, 0.95, 0.99, 1 - 0.05 / 40, 0.9999])
+def test_t_quantile_closed_forms(level):
+    # 4 df has a closed-form quantile (Hill 1970): α = 4p(1-p) at the one-sided p,
+    # t = 2·sqrt(cos(acos(√α)/3)/√α - 1)
+    alpha = 4 * ((1 + level) / 2) * (1 - (1 + level) / 2)
+    exact = 2 * math.sqrt(math.cos(math.acos(math.sqrt(alpha)) / 3) / math.sqrt(alpha) - 1)
+    assert t_quantile(4, level) == pytest.approx(exact, rel=1e-12)
+    # 3 df has a closed-form CDF: P(|T| <= t) = (2/π)·(atan(t/√3) + √3·t/(3 + t²))
+    t = t_quantile(3, level)
+    covered = 2 / math.pi * (math.atan(t / math.sqrt(3)) + math.sqrt(3) * t / (3 + t * t))
+    assert covered == pytest.approx(level, abs=1e-13)
+
+
+def test_t_quantile_shape():
+    assert t_quantile(1) == pytest.approx(T1, rel=1e-14) and t_quantile(2) == pytest.approx(T2, rel=1e-14)
+    ladder = [t_quantile(df) for df in (1, 1.5, 2, 2.5, 3, 7, 50, 1e3, 1e5, 1e7)]
+    assert all(x > y for x, y in zip(ladder, ladder[1:])) and ladder[-1] > Z95  # falls to z with df
+    assert t_quantile(1e7) == pytest.approx(Z95, rel=1e-6)
+    assert t_quantile(1000.5) == pytest.approx(t_quantile(1000), rel=1e-6)  # the expansion takes over
+    for bad in (0.5, 0, math.nan):
+        with pytest.raises(ValueError, match="df"):
+            t_quantile(bad)
+    for bad in (0, 1, 95):
+        with pytest.raises(ValueError, match="level"):
+            t_quantile(3, bad)
+
+
+def test_normal_quantile_levels():
+    assert normal_quantile() == Z95
+    assert normal_quantile(0.99) == pytest.approx(2.5758293035489, abs=1e-12)
+    assert normal_quantile(1 - 0.05 / 20) == pytest.approx(3.0233414397, abs=1e-9)  # Bonferroni, 20 claims
+    assert wilson_interval(0.3, 50, level=0.99) == wilson_interval(0.3, 50, normal_quantile(0.99))
+    assert wilson_interval(0.3, 50, Z95) == wilson_interval(0.3, 50)
+
+
+# --- t-corrected seed term, level -----------------------------------------------------------------------
+
+
+def test_group_three_seeds_loss_by_hand():
+    # seed means 2, 3, 4: V_between = 1/3, 2 df -> half-width t_2·sqrt(1/3) = 2.484 (the seeds' own
+    # t-interval); pooled: 9 values of variance 12/8 -> z·sqrt(1.5/9) = 0.80 is the smaller
+    seeds = [np.array([1.0, 2.0, 3.0]) + k for k in range(3)]
+    est = group_estimate(seeds, bounded=False)
+    assert est.mean == 3 and est.half_width == pytest.approx(T2 * math.sqrt(1 / 3))
+    # at level 0.99: t_2 = 9.925
+    at_99 = group_estimate(seeds, bounded=False, level=0.99)
+    assert at_99.half_width == pytest.approx(9.9248432009 / math.sqrt(3))
+
+
+def test_group_shares_three_seeds_by_hand():
+    # seed means 0.35, 0.56, 0.25 on 64 sequences: V_between = var/3 = 0.008344, times (t_2/z)² = 4.819
+    seeds = [ones_then_zeros(k, 64) for k in (round(0.35 * 64), round(0.56 * 64), 16)]
+    means = np.array([v.mean() for v in seeds])
+    v = means.var(ddof=1) / 3 * (T2 / Z95) ** 2
+    p = means.mean()
+    est = group_estimate(seeds)
+    assert (est.low, est.high) == pytest.approx(wilson_interval(p, p * (1 - p) / v))
+
+
+def test_losses_never_narrower_than_the_seeds_t_interval():
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        s = int(rng.integers(2, 6))
+        sizes = rng.integers(2, 80, size=s)
+        seeds = [rng.normal(rng.normal(0, rng.uniform(0, 1)), 1, size=int(k)) for k in sizes]
+        means = np.array([v.mean() for v in seeds])
+        for level in (0.95, 0.999):
+            t_half = t_quantile(s - 1, level) * means.std(ddof=1) / math.sqrt(s)
+            assert group_estimate(seeds, bounded=False, level=level).half_width >= t_half * (1 - 1e-12)
+
+
+def test_level_widens_and_one_seed_has_no_seed_term():
+    one = [ones_then_zeros(32, 64)]
+    assert group_estimate(one, level=0.99) == Estimate(0.5, *wilson_interval(0.5, 63, level=0.99), 1, 64)
+    seeds = [ones_then_zeros(k, 64) for k in (20, 32, 40)]
+    widths = [group_estimate(seeds, level=lv).half_width for lv in (0.9, 0.95, 0.99, 1 - 0.05 / 20)]
+    assert all(x < y for x, y in zip(widths, widths[1:]))
+    a, b = shared_difficulty()
+    widths = [paired_difference(a, b, level=lv).half_width for lv in (0.9, 0.95, 0.99)]
+    assert all(x < y for x, y in zip(widths, widths[1:]))
+    with pytest.raises(ValueError, match="level"):
+        group_estimate(seeds, level=95)
+
+
+def test_paired_welch_satterthwaite_by_hand():
+    # seeds shift every value by a constant, so D is constant per side combination (V_seq = 0)
+    x = np.linspace(0.0, 1.0, 20)
+    a = [x + c for c in (0.0, 1.0, 2.0)]  # seed means' variance 1, /3
+    b = [x + c for c in (0.0, 0.5, 1.0)]  # 0.25, /3
+    va, vb = 1 / 3, 0.25 / 3
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)  # ≈ 2.88, between 2 and 4
+    est = paired_difference(a, b, bounded=False)
+    assert 2 < df < 4 and est.half_width == pytest.approx(t_quantile(df) * math.sqrt(va + vb))
+    equal = paired_difference(a, [x + c for c in (0.0, 1.0, 2.0)], bounded=False)  # equal sides: 4 df
+    assert equal.half_width == pytest.approx(t_quantile(4) * math.sqrt(2 / 3))
+    single = paired_difference(a, [x], bounded=False)  # b has one seed: a's 2 df
+    assert single.half_width == pytest.approx(T2 * math.sqrt(va))
+
+
+# --- batch means for autocorrelated sequences ------------------------------------------------------------
+
+
+def ar1(rng: np.random.Generator, phi: float, shape: tuple[int, int]) -> np.ndarray:
+    """Stationary AR(1) series with unit innovations along the last axis, shape ``shape``."""
+    e = rng.standard_normal(shape)
+    x = np.empty(shape)
+    x[..., 0] = e[..., 0] / math.sqrt(1 - phi**2)
+    for i in range(1, shape[-1]):
+        x[..., i] = phi * x[..., i - 1] + e[..., i]
+    return x
+
+
+def test_batch_means_ar1_variance_of_the_mean():
+    phi, n, reps = 0.4, 1024, 1000
+    x = ar1(np.random.default_rng(0), phi, (reps, n))
+    k = np.arange(1, n)
+    true = (1 + 2 * np.sum((1 - k / n) * phi**k)) / (1 - phi**2) / n  # exact variance of an AR(1) mean
+    assert x.mean(axis=1).var() == pytest.approx(true, rel=0.1)  # the simulation agrees
+    naive = np.mean([v.var(ddof=1) / n for v in x])
+    batch = np.mean([batch_means_variance([v], 32)[0] for v in x])
+    assert naive / true < 0.5  # (1-φ)/(1+φ) = 0.43: independence misses the covariances
+    assert 0.85 < batch / true < 1.05
+    assert batch_means_variance([v for v in x[:3]], 32)[1] == 96  # blocks pooled over seeds
+
+
+def test_batch_means_edges():
+    v = np.arange(10.0)
+    assert batch_means_variance([v], 1) == (pytest.approx(v.var(ddof=1) / 10), 10)
+    # blocks of 4: means 1.5 and 5.5, the tail 8, 9 left out
+    assert batch_means_variance([v], 4) == (pytest.approx(np.var([1.5, 5.5], ddof=1) / 2), 2)
+    for block in (0, 6):
+        with pytest.raises(ValueError, match="block"):
+            batch_means_variance([v], block)
+
+
+def test_group_and_paired_block_by_hand():
+    x = ar1(np.random.default_rng(1), 0.5, (1, 256))[0]
+    v, a = batch_means_variance([x], 16)
+    est = group_estimate([x], bounded=False, block=16)
+    assert a == 16 and est.half_width == pytest.approx(t_quantile(15) * math.sqrt(v))
+    assert est.half_width > group_estimate([x], bounded=False).half_width
+    paired = paired_difference([x + 1], [np.zeros(256)], bounded=False, block=16)
+    assert paired.mean == pytest.approx(x.mean() + 1) and paired.half_width == pytest.approx(est.half_width)
+    with pytest.raises(ValueError, match="block"):
+        group_estimate([x[:20]], bounded=False, block=16)

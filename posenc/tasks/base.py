@@ -12,6 +12,7 @@ from torch import Tensor
 from posenc.errors import ConfigError
 
 BOS, SEP = 0, 1  # special tokens shared by all tasks; data tokens start at 2
+PAD = BOS  # fills a mixed-length batch past each sequence's end: never scored, never attended (causal mask)
 EVAL_CHUNK = 64  # evaluation draws its sequences this many at a time (see Task.evaluation_batches)
 
 
@@ -73,6 +74,27 @@ class Task:
             raise ConfigError(f"task '{self.key}' needs a length of at least {self.min_length}, got {length}")
         tokens, answer = self.sequences(batch_size, length, generator)
         return Batch(self.inputs(tokens, answer, generator), tokens[:, 1:], answer[:, 1:])
+
+    def sample_mixed(self, lengths: Tensor, generator: torch.Generator) -> Batch:
+        """A batch whose sequence ``i`` is read at its own length ``lengths[i]`` (``[b]`` ints), right-padded
+        with :data:`PAD` to the longest; ``mask`` is False on padding, so loss and scores see each sequence
+        as :meth:`sample` would make it alone. Right padding keeps every sequence at positions
+        ``0..lengths[i]-1`` and, under the causal mask, no real token attends to a pad.
+
+        This is Kazemnejad et al. 2023's training distribution: each example's length drawn on its own
+        (their ``U(1, L)``), several lengths per batch. Sequences of one length are drawn together, shortest
+        first, so the batch is a deterministic function of ``lengths`` and ``generator``.
+        """
+        width = int(lengths.max())
+        batch = len(lengths)
+        inputs = torch.full((batch, width), PAD, dtype=torch.long)
+        targets = torch.full((batch, width), PAD, dtype=torch.long)
+        mask = torch.zeros((batch, width), dtype=torch.bool)
+        for length in sorted(set(lengths.tolist())):
+            rows = (lengths == length).nonzero().squeeze(1)  # [n] the sequences of this length
+            part = self.sample(len(rows), length, generator)
+            inputs[rows, :length], targets[rows, :length], mask[rows, :length] = part.inputs, part.targets, part.mask
+        return Batch(inputs, targets, mask)
 
     def inputs(self, tokens: Tensor, answer: Tensor, generator: torch.Generator) -> Tensor:
         """What the model reads, ``[b, length]``, of the full sequences ``tokens`` and their answer mask
