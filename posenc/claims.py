@@ -302,12 +302,13 @@ def _takes_level(fn) -> bool:
 _STATS_TAKE_LEVEL = _takes_level(group_estimate) and _takes_level(paired_difference)
 
 
-def _at_level(fn, *groups, bounded: bool, level: float, clip: tuple[float, float]) -> Estimate:
+def _at_level(fn, *groups, bounded: bool, level: float, clip: tuple[float, float],
+              block: int | None = None) -> Estimate:
     """``fn(*groups, bounded=..., level=level)``; with a :mod:`posenc.stats` that takes no ``level`` yet, its
     95% interval widened about the mean by ``z_level / z_95`` and clipped to ``clip`` for shares (a transition
     only: exact for normal intervals, close for Wilson's)."""
     if _STATS_TAKE_LEVEL:
-        return fn(*groups, bounded=bounded, level=level)
+        return fn(*groups, bounded=bounded, level=level, block=block)
     est = fn(*groups, bounded=bounded)
     if level == 0.95 or math.isnan(est.mean):
         return est
@@ -318,12 +319,23 @@ def _at_level(fn, *groups, bounded: bool, level: float, clip: tuple[float, float
     return Estimate(est.mean, low, high, est.n_seeds, est.n_sequences)
 
 
-def _group(values: list[np.ndarray], bounded: bool, level: float) -> Estimate:
-    return _at_level(group_estimate, values, bounded=bounded, level=level, clip=(0.0, 1.0))
+def _block(task: str | None, groups: list[np.ndarray]) -> int | None:
+    """Batch-means block for ``task``'s per-sequence values (lm's consecutive windows; see
+    :func:`posenc.compare.sequence_block`)."""
+    from posenc.compare import sequence_block
+
+    return None if task is None or not groups else sequence_block(task, min(len(g) for g in groups))
 
 
-def _paired(a: list[np.ndarray], b: list[np.ndarray], bounded: bool, level: float) -> Estimate:
-    return _at_level(paired_difference, a, b, bounded=bounded, level=level, clip=(-1.0, 1.0))
+def _group(values: list[np.ndarray], bounded: bool, level: float, task: str | None = None) -> Estimate:
+    return _at_level(group_estimate, values, bounded=bounded, level=level, clip=(0.0, 1.0),
+                     block=_block(task, values))
+
+
+def _paired(a: list[np.ndarray], b: list[np.ndarray], bounded: bool, level: float,
+            task: str | None = None) -> Estimate:
+    return _at_level(paired_difference, a, b, bounded=bounded, level=level, clip=(-1.0, 1.0),
+                     block=_block(task, a))
 
 
 # --- pooling a window -------------------------------------------------------------------------------------
@@ -401,10 +413,10 @@ def _judge_comparison(c: Comparison, claim: Claim, window: Window, evidence: Evi
     sizes = [min(np.asarray(v).size for side in parts for v in side[i].values()) for i in range(len(lengths))]
     a, b = _pool(parts[0], sizes), _pool(parts[1], sizes)
     level, where = claim.level, _where(window, lengths)
-    est = _paired(a, b, higher, level)
+    est = _paired(a, b, higher, level, claim.task)
     head = f"{label} {where}: {est.format(signed=True)} {_words(metric)}"
     chance = evidence.chance(claim.task, metric)
-    if not math.isnan(chance) and all(_group(side, higher, level).low <= chance for side in (a, b)):
+    if not math.isnan(chance) and all(_group(side, higher, level, claim.task).low <= chance for side in (a, b)):
         return Check(c, window, None, f"{head} (not testable: at chance, neither side's interval above "
                                       f"{chance:.3g})", tuple(lengths), est)
     state = 1 if est.low > 0 else -1 if est.high < 0 else 0
@@ -418,7 +430,7 @@ def _judge_threshold(t: Threshold, claim: Claim, window: Window, evidence: Evide
     lengths = _window_lengths(evidence, claim, t.side, window)
     parts = [evidence.at_length(claim.task, t.side, n, metric) or {} for n in lengths]
     sizes = [max(np.asarray(v).size for v in part.values()) for part in parts]
-    est = _group(_pool(parts, sizes), higher, claim.level)
+    est = _group(_pool(parts, sizes), higher, claim.level, claim.task)
     if higher:
         state = 1 if est.low >= value else -1 if est.high < value else 0
     else:

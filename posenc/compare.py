@@ -100,7 +100,9 @@ def aggregate(results: Results) -> pd.DataFrame:
         mine = pd.concat(parts) if parts else seq.iloc[:0]
         row["n_sequences"] = len(mine)
         for metric in METRICS:
-            est = group_estimate(_per_seed(mine, metric), bounded=BOUNDED[metric])
+            per_seed = _per_seed(mine, metric)
+            block = sequence_block(row["task"], min((len(v) for v in per_seed), default=0))
+            est = group_estimate(per_seed, bounded=BOUNDED[metric], block=block)
             row.update({f"{metric}_mean": est.mean, f"{metric}_low": est.low, f"{metric}_high": est.high})
         for end in ("mean", "low", "high"):
             loss = row[f"loss_{end}"]
@@ -118,6 +120,16 @@ def aggregate(results: Results) -> pd.DataFrame:
 # equal for every registry task, defaults and options).
 _ANSWER_ALPHABET = {"copy": ("n_symbols", 16), "reverse": ("n_symbols", 16), "retrieval": ("n_values", 32),
                     "passkey": (None, 10)}  # passkey answers are digits
+
+
+def sequence_block(task: str, sequences: int) -> int | None:
+    """The block length for :func:`posenc.stats.group_estimate`'s batch means: ``lm``'s evaluation windows are
+    consecutive slices of one text (lag-1 autocorrelation 0.2-0.5 measured), so their variance is estimated from
+    means of about ``sqrt(n)`` consecutive windows (at least 2 blocks); other tasks draw independent sequences
+    (None)."""
+    if task != "lm" or sequences < 4:
+        return None
+    return max(1, min(round(math.sqrt(sequences)), sequences // 2))
 
 
 def chance_token_accuracy(config: str | None) -> float:

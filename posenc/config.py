@@ -202,7 +202,7 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     check_task_name(task.name)
     if not 1 <= task.length <= MAX_LENGTH:
         raise ConfigError(f"task.length must be between 1 and {MAX_LENGTH}, got {task.length}")
-    if task.min_length is not None and (type(task.min_length) is not int or not 1 <= task.min_length <= task.length):
+    if task.variable_length and task.min_length is not None and (type(task.min_length) is not int or not 1 <= task.min_length <= task.length):
         raise ConfigError(f"task.min_length must be null or an integer in [1, task.length={task.length}], "
                           f"got {task.min_length!r}")
     if task.length_draw not in ("example", "batch"):

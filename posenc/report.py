@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc.claims import Side, check, claims_for
-from posenc.compare import NO_SCALING, labels, pivot, report_metrics, steps_table, with_depth_means
+from posenc.claims import Side, check, claims_for, paper_vs_posenc
+from posenc.compare import NO_SCALING, sequence_block, labels, pivot, report_metrics, steps_table, with_depth_means
 from posenc.evidence import TableEvidence
 from posenc.plots import plot_all, plot_positions, plot_steps
 from posenc.selection import choices_markdown
@@ -94,7 +94,8 @@ def paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str, m
         for factor in PAIRED_FACTORS:
             a = evidence.values(task, Side(encoder), factor, metric)
             b = evidence.values(task, REFERENCE, factor, metric)
-            row[f"{factor}×"] = "—" if not a or not b else paired_difference(a, b, metric != "loss").format(signed=True)
+            row[f"{factor}×"] = "—" if not a or not b else paired_difference(
+                a, b, metric != "loss", block=sequence_block(task, min(len(v) for v in a))).format(signed=True)
         rows.append(row)
     return pd.DataFrame(rows) if rows else None
 
@@ -175,12 +176,27 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
     verdicts = [check(c, evidence) for c in claims]
     if verdicts:
         parts.append("## Against the literature\n\n"
-                     "Each claim is checked by one rule (`posenc.claims.check`): a comparison holds when the "
-                     "paired 95% interval of the difference lies on the expected side of 0, is contradicted "
-                     "when it lies on the other side; **agrees** when all hold, **differs** when any is "
-                     "contradicted, **inconclusive** otherwise, **not testable** when a side did not learn "
-                     "its task or was not run.\n")
+                     "Each claim is checked by one rule (`posenc.claims.check`) over windows of evaluation lengths "
+                     "(e.g. (1×, 2×]: every length past the training length up to twice it, pooled per seed by "
+                     "length, then sequence, over the lengths both sides were evaluated at). A comparison holds "
+                     "when the paired interval of the difference lies on the expected side of 0, is contradicted "
+                     "when it lies on the other side, and is not testable when neither side is above chance "
+                     "(exact match 0, token accuracy 1/alphabet). A claim with k comparisons puts each interval "
+                     "at 1 − 0.05/k (Bonferroni), so a verdict is wrong with probability at most 5%. Judged on its "
+                     "testable comparisons: **agrees** when all hold, **differs** when any is contradicted, "
+                     "**inconclusive** otherwise, **not testable** when none is, or a side did not learn its task "
+                     "or was not run.\n")
         parts.append("\n".join(v.markdown() for v in verdicts) + "\n")
+        for claim in (v.claim for v in verdicts if v.claim.reported):
+            rows = paper_vs_posenc(claim, evidence)
+            table = pd.DataFrame({
+                "encoder": [r.side.label() for r, _, _ in rows],
+                "paper": [f"{r.value:.3f}" for r, _, _ in rows],
+                f"posenc {claim.windows[0].label()}": [est.format() for _, est, _ in rows],
+                "lengths": [", ".join(map(str, n)) or "—" for _, _, n in rows]})
+            parts.append(f"**{claim.source.split(',')[0]} ({claim.task}): paper vs posenc** "
+                         f"({claim.reported_where}; posenc: mean [95% interval] over seeds)\n\n"
+                         + table.to_markdown(index=False, disable_numparse=True) + "\n")
     return "\n".join(parts), figures
 
 

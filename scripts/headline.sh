@@ -41,5 +41,5 @@ while read -r task encoders; do
 done <<< "$retries"
 trained=$(date +%s)
 "$posenc" runs --runs "$sweep" --out "$out"
-"$posenc" compare --runs "$sweep" --out "$out" --up-to 8192 --choose train.lr
+"$posenc" compare --runs "$sweep" --out "$out" --lengths 32,64,128,256,512,1024,2048,4096,8192 --choose train.lr  # as recorded (doubling)
 echo "headline: training $((trained - start)) s, runs + compare $(($(date +%s) - trained)) s" >&2

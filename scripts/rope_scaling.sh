@@ -6,5 +6,5 @@
 #   bash scripts/rope_scaling.sh                       # as committed
 #   bash scripts/rope_scaling.sh hydra/launcher=joblib # extra Hydra overrides go to the sweep
 # Running it again resumes an interrupted sweep and re-evaluates nothing that is already evaluated.
-exec bash "$(dirname "$0")/experiment.sh" rope_scaling --up-to 1024 \
+exec bash "$(dirname "$0")/experiment.sh" rope_scaling --lengths 32,64,128,256,512,1024 \
   --rope-scaling none,linear,ntk,dynamic_ntk,yarn,llama3 -- "$@"

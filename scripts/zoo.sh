@@ -18,5 +18,5 @@ train
 train encoder=schedule 'encoder.layers=[rope,rope,nope]'  # NoPE in the last of the 3 layers (iRoPE-style)
 trained=$(date +%s)
 "$posenc" runs --runs "$sweep" --out results/zoo
-"$posenc" compare --runs "$sweep" --out results/zoo --up-to 8192
+"$posenc" compare --runs "$sweep" --out results/zoo --lengths 32,64,128,256,512,1024,2048,4096,8192  # as recorded (doubling)
 echo "zoo: training $((trained - start)) s, runs + compare $(($(date +%s) - trained)) s" >&2

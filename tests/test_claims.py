@@ -5,6 +5,8 @@ import math
 from statistics import NormalDist
 
 import numpy as np
+
+from posenc.compare import sequence_block
 import pytest
 from fake_results import fake_run, results_of
 
@@ -178,13 +180,15 @@ def bonferroni_evidence(claim: Claim):
                         y[ones[: c + d]], y[zeros[:d]] = 0, 1
                         candidates.append(y)
             else:  # worse := better's loss + delta + a zero-mean pattern of its own
-                e = 0.1 * np.where(np.arange(x.size) % 2, -1.0, 1.0)
+                e = 0.1 * np.random.default_rng(0).standard_normal(x.size)  # no structure batch means remove
+                e -= e.mean()
                 se = e.std(ddof=1) / math.sqrt(x.size)
-                candidates = [x + (1.96 + i * (_z(level) - 1.96) / 20) * se + e for i in range(1, 20)]
+                candidates = [x + i * 3 * _z(level) / 200 * se + e for i in range(1, 200)]
             for y in candidates:
                 a, b = ([x] * SEEDS, [y] * SEEDS) if higher else ([y] * SEEDS, [x] * SEEDS)
-                wide, adjusted = (paired_difference(a, b, bounded=higher),
-                                  paired_difference(a, b, bounded=higher, level=level))
+                block = sequence_block(claim.task, x.size)  # lm: batch means, as check uses
+                wide, adjusted = (paired_difference(a, b, bounded=higher, block=block),
+                                  paired_difference(a, b, bounded=higher, level=level, block=block))
                 if wide.low > 0 and not adjusted.low > 0:
                     break
             else:

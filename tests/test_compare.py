@@ -16,7 +16,7 @@ from fake_results import fake_run, results_of
 from posenc.tasks import TASKS
 
 from posenc.compare import aggregate, cell, labels, pivot, steps_table, variants, with_depth_means
-from posenc.extrapolate import doubling_lengths
+from posenc.extrapolate import default_lengths, doubling_lengths
 from posenc.report import same_report
 from posenc.stats import Z95, group_estimate
 
@@ -171,6 +171,20 @@ def test_depth_rows_get_a_mean_over_depths_per_sequence():
     row = _row(comparison, task="passkey", depth=math.nan)
     assert row["n_seeds"] == 2 and row["exact_match_mean"] == pytest.approx((0.5 + 1 / 3) / 2)
     assert len(comparison[comparison["task"] == "passkey"]) == 3  # depth 0, depth 1, over all depths
+
+
+def test_default_lengths_step_finely_to_twice_the_training_length_then_double():
+    assert default_lengths(32, 8192, variable=True) == [8, 16, 24, 32, 36, 40, 44, 48, 52, 56, 60, 64,
+                                                         128, 256, 512, 1024, 2048, 4096, 8192]
+    assert default_lengths(32, 256) == [32, 36, 40, 44, 48, 52, 56, 60, 64, 128, 256]  # fixed: none below L
+    assert default_lengths(100, 50) == [100]  # up_to below the training length: the training length alone
+
+
+def test_lm_intervals_count_the_correlation_of_consecutive_windows():
+    from posenc.compare import sequence_block
+
+    assert sequence_block("lm", 1024) == 32 and sequence_block("copy", 1024) is None
+    assert sequence_block("lm", 3) is None  # too few windows for two blocks
 
 
 def test_doubling_lengths():

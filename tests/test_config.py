@@ -50,7 +50,8 @@ def test_overrides_reach_the_typed_config():
         ("train.lr=-1", "train.lr must be > 0"),
         ("task.length=0", "task.length must be between"),
         ("task.length=-5", "task.length must be between"),
-        ("task.variable_length=true task.min_length=99", "task.min_length must be in"),
+        ("task.variable_length=true task.min_length=99", "task.min_length must be null or an integer in"),
+        ("task.length_draw=sometimes", "task.length_draw must be example or batch"),
         ("task.variable_length=true task.min_length=2", "needs sequences of at least 3 tokens, but task.min_length"),
         ("task.length=2", "needs sequences of at least 3 tokens, but task.length is 2"),
         ("task=retrieval task.length=15", "needs sequences of at least 16 tokens, but task.length is 15"),
@@ -81,8 +82,20 @@ def test_mastery_defaults():
     cfg = run_config_from_dict(compose_dict())
     t = cfg.train
     assert (t.target_exact_match, t.check_every, t.check_sequences) == (0.99, 100, 512)
-    for task in TASKS:
-        assert run_config_from_dict(compose_dict([f"task={task}"])).task.variable_length is False
+    for task in TASKS:  # copy and reverse train on a range of lengths by default (Kazemnejad et al. 2023)
+        cfg = run_config_from_dict(compose_dict([f"task={task}"]))
+        assert cfg.task.variable_length is (task in ("copy", "reverse"))
+        assert (cfg.task.min_length, cfg.task.length_draw) == (None, "example")
+
+
+def test_training_lengths_default_to_the_shortest_the_task_allows():
+    cfg = run_config_from_dict(compose_dict(["task=copy"]))
+    task = cfg.build()[0]
+    assert cfg.training_lengths(task) == (3, 64)  # copy's min_length: BOS x SEP x
+    cfg = run_config_from_dict(compose_dict(["task=copy", "task.min_length=9"]))
+    assert cfg.training_lengths(task) == (9, 64)
+    cfg = run_config_from_dict(compose_dict(["task=copy", "task.variable_length=false", "task.min_length=9"]))
+    assert cfg.training_lengths(task) == (64, 64)
 
 
 def test_unknown_keys_are_refused():
@@ -105,7 +118,7 @@ def _yaml(group: str, name: str) -> dict:
 def test_registry_yaml_options_are_the_code_defaults(group, registry):
     for name, cls in registry.items():
         options = {k: v for k, v in _yaml(group, name).items() if k not in ("name", "length", "min_length",
-                                                                           "variable_length")}
+                                                                           "variable_length", "length_draw")}
         assert options == keyword_options(cls), f"conf/{group}/{name}.yaml"
 
 

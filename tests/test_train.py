@@ -133,7 +133,7 @@ def test_training_stops_at_the_first_check_that_meets_the_target(tmp_path, monke
     calls = scripted_checks(monkeypatch, [0.0, 0.5, 0.99, 0.2])
     overrides = ("train.steps=20", "train.check_every=3", "train.check_sequences=7", "train.log_every=1")
     metrics = train(tiny_config(*overrides), tmp_path, tiny_dict(*overrides))
-    assert calls == [(16, 7)] * 3  # at the training length, check_sequences sequences; none after the stop
+    assert calls == [([16], 7)] * 3  # at the training length, check_sequences sequences; none after the stop
     assert metrics["checks"] == [[3, 0.0], [6, 0.5], [9, 0.99]]  # 0.99 meets the target 0.99
     assert (metrics["steps_to_learn"], metrics["steps"], metrics["budget"]) == (9, 9, 20)
     assert metrics["learned"] is True
@@ -228,3 +228,57 @@ def test_mastery_check_scores_held_out_sequences_of_its_own(monkeypatch):
     first = next(task.evaluation_batches(9, 16, 9, eval_generator(16, CHECK_SEED)))
     final = next(task.evaluation_batches(9, 16, 9, eval_generator(16)))
     assert not torch.equal(first.inputs, final.inputs)  # not the final evaluation's sequences
+
+
+# --- the length-generalization protocol: training lengths drawn per sequence, mastery over their range ----
+
+from posenc.train import check_lengths, draw_batch  # noqa: E402
+from posenc.tasks import build_task  # noqa: E402
+from posenc.tasks.base import PAD  # noqa: E402
+
+
+def test_check_lengths_span_the_training_range():
+    assert check_lengths(32, 32) == [32]
+    assert check_lengths(3, 32) == [3, 7, 11, 15, 20, 24, 28, 32]  # 8 lengths, both ends included
+    assert check_lengths(8, 10) == [8, 9, 10]
+
+
+def test_per_sequence_lengths_mix_in_one_batch_and_per_batch_lengths_do_not():
+    task = build_task("copy", {})
+    gen = torch.Generator().manual_seed(0)
+    widths = set()
+    for _ in range(20):
+        batch, width = draw_batch(task, 64, 5, 20, "example", gen)
+        ends = (batch.mask.long().cumsum(1) == batch.mask.sum(1, keepdim=True)) & batch.mask
+        lengths = ends.float().argmax(1) + 1  # last answer position + 1: each sequence's own length
+        assert lengths.min() >= 5 and lengths.max() <= 20 and len(set(lengths.tolist())) > 3
+        assert batch.inputs.shape[1] == width == int(lengths.max())
+        widths.add(width)
+    batch, width = draw_batch(task, 64, 5, 20, "batch", gen)
+    assert batch.inputs.shape[1] == width and not (batch.inputs == PAD)[:, 2:].any()  # no padding
+    assert draw_batch(task, 4, 16, 16, "example", gen)[1] == 16  # fixed length: every sequence at it
+
+
+@pytest.mark.parametrize("encoder", sorted(set(ENCODERS) - {"randomized"}))
+def test_right_padding_leaves_every_real_position_unchanged(encoder):
+    """Training on a mixed, right-padded batch is training on each sequence alone: under the causal mask no
+    real token attends to padding, and positions start at 0 for every sequence. (randomized draws its
+    positions for the whole width, so a padded short sequence reads other positions: not equal by design.)"""
+    cfg = tiny_config(f"encoder={encoder}", "task.length=16")
+    task, _, model = cfg.build()
+    model.eval()
+    short = task.sample(2, 9, torch.Generator().manual_seed(3))
+    padded = torch.full((2, 16), PAD)
+    padded[:, :9] = short.inputs
+    with torch.no_grad():
+        alone, inside = model(short.inputs), model(padded)[:, :9]
+    torch.testing.assert_close(inside, alone, atol=1e-5, rtol=1e-5)
+
+
+def test_a_variable_length_run_checks_mastery_over_its_range(tmp_path, monkeypatch):
+    calls = scripted_checks(monkeypatch, [1.0])
+    overrides = ("task.variable_length=true", "task.min_length=8", "train.check_every=2")
+    metrics = train(tiny_config(*overrides), tmp_path, tiny_dict(*overrides))
+    assert calls == [(check_lengths(8, 16), 512)]
+    assert metrics["train_lengths"] == [8, 16] and metrics["check_lengths"] == check_lengths(8, 16)
+    assert metrics["learned"] is True
