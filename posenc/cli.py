@@ -126,8 +126,8 @@ def compare(
     runs: RunsOption = None,
     lengths: Annotated[
         Optional[str],
-        typer.Option(help="Comma-separated evaluation lengths (default: each run's training length doubled "
-                          "up to --up-to)."),
+        typer.Option(help="Comma-separated evaluation lengths (default: L/4, L/2, 3L/4 for a run trained on a "
+                          "range of lengths, L, every L/8 up to 2L, then doubling up to --up-to)."),
     ] = None,
     up_to: Annotated[int, typer.Option(help="Longest default evaluation length.")] = 8192,
     out: Annotated[Path, typer.Option(help="Folder for the tables, figures and report.md.")] = DEFAULT_RESULTS,

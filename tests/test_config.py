@@ -82,17 +82,17 @@ def test_mastery_defaults():
     cfg = run_config_from_dict(compose_dict())
     t = cfg.train
     assert (t.target_exact_match, t.check_every, t.check_sequences) == (0.99, 100, 512)
-    for task in TASKS:  # copy and reverse train on a range of lengths by default (Kazemnejad et al. 2023)
+    for task in TASKS:  # one length by default; conf/experiment/length_generalization.yaml draws a range
         cfg = run_config_from_dict(compose_dict([f"task={task}"]))
-        assert cfg.task.variable_length is (task in ("copy", "reverse"))
+        assert cfg.task.variable_length is False
         assert (cfg.task.min_length, cfg.task.length_draw) == (None, "example")
 
 
 def test_training_lengths_default_to_the_shortest_the_task_allows():
-    cfg = run_config_from_dict(compose_dict(["task=copy"]))
+    cfg = run_config_from_dict(compose_dict(["task=copy", "task.variable_length=true"]))
     task = cfg.build()[0]
     assert cfg.training_lengths(task) == (3, 64)  # copy's min_length: BOS x SEP x
-    cfg = run_config_from_dict(compose_dict(["task=copy", "task.min_length=9"]))
+    cfg = run_config_from_dict(compose_dict(["task=copy", "task.variable_length=true", "task.min_length=9"]))
     assert cfg.training_lengths(task) == (9, 64)
     cfg = run_config_from_dict(compose_dict(["task=copy", "task.variable_length=false", "task.min_length=9"]))
     assert cfg.training_lengths(task) == (64, 64)
