@@ -25,10 +25,11 @@ GENERATED = "Generated"  # the first word of the report's one line that changes 
 
 METHOD = (
     "Each cell is the mean over seeds with its 95% interval in brackets. The interval counts both sources of "
-    "uncertainty: the spread between seeds and the finite number of evaluated sequences (Wilson's score "
-    "interval at an effective sample size, `posenc.stats`), so it stays inside [0, 1] and is never of zero "
-    "width for a share. Runs are pooled only when their whole configuration but the seed is the same. A group "
-    "whose seeds did not all reach the mastery criterion at the training length (held-out exact match ≥ "
+    "uncertainty: the spread between seeds, with Student's t on S − 1 degrees of freedom, and the finite number "
+    "of evaluated sequences (lm: batch means of about √n consecutive windows), as Wilson's score interval at an "
+    "effective sample size (`posenc.stats`), so it stays inside [0, 1] and is never of zero width for a share. "
+    "Runs are pooled only when their whole configuration but the seed is the same. A group "
+    "whose seeds did not all reach the mastery criterion over its training lengths (held-out exact match ≥ "
     "`train.target_exact_match`) is marked *not learned* and not compared past it ('n/l'). Every run sees the "
     "same evaluation sequences at a given length, so differences between encoders are paired by sequence. "
     "'—': not evaluated, or not representable (a learned table has no rows past its training length). Full "
