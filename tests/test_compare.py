@@ -199,14 +199,16 @@ def test_compare_evaluates_once_then_reuses(trained_runs: Path, tmp_path):
     out = tmp_path / "cmp"
     first = posenc_cli("compare", "--runs", str(trained_runs), "--up-to", "64", "--out", str(out), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert "6 new evaluations" in first.stderr  # 2 runs x lengths 16, 32, 64
+    lengths = default_lengths(16, 64)  # 16, every 2 to 32 (L/8 steps to 2L), then 64
+    assert lengths == [16, 18, 20, 22, 24, 26, 28, 30, 32, 64]
+    assert f"{2 * len(lengths)} new evaluations" in first.stderr  # 2 runs x those lengths
     for name in ["comparison.csv", "comparison.parquet", "comparison.md", "extrapolation.parquet", "report.md",
                  "sequences.parquet", "positions.parquet", "copy_exact_match.png", "copy_exact_match.svg",
                  "copy_token_accuracy.png", "copy_loss.svg"]:
         assert (out / name).stat().st_size > 0, name
     comparison = pd.read_parquet(out / "comparison.parquet")
     assert sorted(set(comparison["encoder"])) == ["learned", "rope"]
-    assert sorted(set(comparison["eval_length"])) == [16, 32, 64]
+    assert sorted(set(comparison["eval_length"])) == lengths
     assert (comparison["n_seeds"] == 1).all() and comparison["learned"].all()
     report = (out / "report.md").read_text()
     assert "![copy: exact match](copy_exact_match.png)" in report and "| encoder" in report
@@ -221,7 +223,7 @@ def test_compare_evaluates_once_then_reuses(trained_runs: Path, tmp_path):
     assert more.returncode == 0, more.stderr
     assert "2 new evaluations" in more.stderr  # only 128 is new
     assert sorted(set(pd.read_parquet(out / "comparison.parquet")["eval_length"])) == [16, 128]
-    assert sorted(set(pd.read_parquet(out / "extrapolation.parquet")["eval_length"])) == [16, 32, 64, 128]
+    assert sorted(set(pd.read_parquet(out / "extrapolation.parquet")["eval_length"])) == [*lengths, 128]
 
 
 def test_compare_refuses_bad_input_in_one_line(tmp_path):
