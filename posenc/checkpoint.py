@@ -21,9 +21,10 @@ from posenc.errors import PosencError
 
 # Config keys that do not change what is trained, so a run may resume under other values of them.
 NEUTRAL_KEYS = ("progress", "resume", "paths", "device", "logger")
-# Nested keys that choose how, not what, is computed (same results within fp32 tolerance): a run may be
-# resumed with other values, and a run recorded before they existed still resumes.
-NEUTRAL_NESTED = {"train": ("compile",), "model": ("attention",)}
+# Nested keys that choose how, not what, is computed (same results within fp32 tolerance), or only how often
+# progress is logged (log_every: the results store already ignores it): a run may be resumed with other
+# values, and a run recorded before they existed still resumes.
+NEUTRAL_NESTED = {"train": ("compile", "log_every"), "model": ("attention",)}
 
 
 class TrainingInterrupted(PosencError):

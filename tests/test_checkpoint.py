@@ -121,14 +121,15 @@ def test_a_run_dir_of_another_config_is_refused_and_left_alone(tmp_path):
 
 
 def test_how_switches_do_not_block_resuming(tmp_path):
-    """train.compile and model.attention choose how, not what, is computed: a run resumes across them."""
+    """train.compile and model.attention choose how, not what, is computed, and train.log_every only how often
+    progress is logged: a run resumes across them."""
     short = ("train.steps=8", "train.checkpoint_every=4")
     train(tiny_config(*short), tmp_path, tiny_dict(*short))
     state = torch.load(tmp_path / run_files.CHECKPOINT_FILE, weights_only=True)
     state["step"] = 4  # pretend it stopped half way
     torch.save(state, tmp_path / run_files.CHECKPOINT_FILE)
     (tmp_path / run_files.METRICS_FILE).unlink()
-    switched = (*short, "train.compile=false", "model.attention=blocked")
+    switched = (*short, "train.compile=false", "model.attention=blocked", "train.log_every=1")
     metrics = train(tiny_config(*switched), tmp_path, tiny_dict(*switched))
     assert metrics["steps"] == 8
 
