@@ -41,11 +41,9 @@ per-sequence losses (the evidence is asked for ``"loss"``).
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import Protocol
 
 import numpy as np
@@ -292,33 +290,6 @@ def _reported_text(claim: Claim) -> str:
 
 # --- intervals at a level -------------------------------------------------------------------------------
 
-def _takes_level(fn) -> bool:
-    try:
-        return "level" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-_STATS_TAKE_LEVEL = _takes_level(group_estimate) and _takes_level(paired_difference)
-
-
-def _at_level(fn, *groups, bounded: bool, level: float, clip: tuple[float, float],
-              block: int | None = None) -> Estimate:
-    """``fn(*groups, bounded=..., level=level)``; with a :mod:`posenc.stats` that takes no ``level`` yet, its
-    95% interval widened about the mean by ``z_level / z_95`` and clipped to ``clip`` for shares (a transition
-    only: exact for normal intervals, close for Wilson's)."""
-    if _STATS_TAKE_LEVEL:
-        return fn(*groups, bounded=bounded, level=level, block=block)
-    est = fn(*groups, bounded=bounded)
-    if level == 0.95 or math.isnan(est.mean):
-        return est
-    ratio = NormalDist().inv_cdf((1 + level) / 2) / NormalDist().inv_cdf(0.975)
-    low, high = est.mean - (est.mean - est.low) * ratio, est.mean + (est.high - est.mean) * ratio
-    if bounded:
-        low, high = max(low, clip[0]), min(high, clip[1])
-    return Estimate(est.mean, low, high, est.n_seeds, est.n_sequences)
-
-
 def _block(task: str | None, groups: list[np.ndarray]) -> int | None:
     """Batch-means block for ``task``'s per-sequence values (lm's consecutive windows; see
     :func:`posenc.compare.sequence_block`)."""
@@ -328,14 +299,12 @@ def _block(task: str | None, groups: list[np.ndarray]) -> int | None:
 
 
 def _group(values: list[np.ndarray], bounded: bool, level: float, task: str | None = None) -> Estimate:
-    return _at_level(group_estimate, values, bounded=bounded, level=level, clip=(0.0, 1.0),
-                     block=_block(task, values))
+    return group_estimate(values, bounded=bounded, level=level, block=_block(task, values))
 
 
 def _paired(a: list[np.ndarray], b: list[np.ndarray], bounded: bool, level: float,
             task: str | None = None) -> Estimate:
-    return _at_level(paired_difference, a, b, bounded=bounded, level=level, clip=(-1.0, 1.0),
-                     block=_block(task, a))
+    return paired_difference(a, b, bounded=bounded, level=level, block=_block(task, a))
 
 
 # --- pooling a window -------------------------------------------------------------------------------------

@@ -599,17 +599,3 @@ def test_table_evidence_reads_every_length_per_seed_and_knows_chance():
     assert c.lengths == (36, 40, 64) and "over (1×, 2×] (36–64, 3 lengths)" in c.line
 
 
-def test_intervals_widen_by_z_where_stats_takes_no_level(monkeypatch):
-    """Against a posenc.stats without ``level``, the 95% interval is widened by z_level/z_95: exact for a
-    normal interval without a seed term, so it matches stats' own interval at that level there."""
-    import posenc.claims as claims
-
-    a = [1 + difficulty(64)] * 3
-    b = [1.1 + difficulty(64)[::-1]] * 3
-    own = claims._paired(a, b, False, 0.99)
-    monkeypatch.setattr(claims, "_STATS_TAKE_LEVEL", False)
-    widened = claims._paired(a, b, False, 0.99)
-    assert widened.mean == own.mean
-    assert (widened.low, widened.high) == (pytest.approx(own.low), pytest.approx(own.high))
-    share = claims._group([np.zeros(N)] * 3, True, 0.99)
-    assert share.low == 0 and share.high > group_estimate([np.zeros(N)] * 3).high
