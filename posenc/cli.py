@@ -140,6 +140,11 @@ def compare(
         typer.Option(help="A config key (e.g. train.lr): among runs that differ only in it, compare the value "
                           "whose seeds learned best at the training length (written to choices.md)."),
     ] = None,
+    extend: Annotated[
+        bool,
+        typer.Option("--extend", help="Keep the runs OUT's comparison already covers (from OUT's tables: their run "
+                                      "folders need not be here) and add these runs to it."),
+    ] = False,
 ) -> None:
     """Aggregate runs across seeds (only runs of one configuration are pooled): mean and 95% interval per
     encoder, task and length; tables, figures, report.md with literature checks.
@@ -149,7 +154,7 @@ def compare(
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.extrapolate import not_learned_note, run_config, scaling_note
     from posenc.folders import check_destination
-    from posenc.pipeline import compare_into
+    from posenc.pipeline import check_extendable, compare_into
     from posenc.runs import find_runs
     from posenc.selection import choose_runs
     from posenc.store import read_results, run_identity
@@ -166,12 +171,15 @@ def compare(
             found, choices = choose_runs(found, [run_config(run) for run in found], choose)
         check_destination(out)
         previous = read_results(out)  # read before the long work: a bad --out fails early
+        if extend:
+            check_extendable(out)
         done = frozenset() if previous is None else previous.done()
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, up_to=up_to,
                                          scalings=scalings, done=done, allow_empty=previous is not None)
         console.print(f"{len(new.evaluations)} new evaluations", highlight=False)
         run_ids = {run_identity(run_config(run)).run_id for run in found}
-        comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), choices)
+        comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), choices,
+                                                  extend=extend)
     except PosencError as err:
         fail(str(err))
     except OSError as err:
@@ -209,11 +217,14 @@ def runs(
     out: Annotated[
         Optional[Path], typer.Option(help="Also write training.{csv,parquet,md} into this folder.")
     ] = None,
+    extend: Annotated[
+        bool, typer.Option("--extend", help="With --out: keep the rows of OUT's training table for other runs.")
+    ] = False,
 ) -> None:
     """List trained runs with their training time and metrics at the training length."""
     from posenc.folders import check_destination, moved, updating
     from posenc.runs import find_runs
-    from posenc.tables import training_table, write_tables
+    from posenc.tables import extend_training_table, training_table, write_tables
 
     try:
         if out is not None:
@@ -222,7 +233,8 @@ def runs(
         paths = []
         if out is not None:
             with updating(out) as stage:
-                paths = moved(write_tables(table, stage, "training"), stage, out)
+                written = extend_training_table(out, table) if extend else table
+                paths = moved(write_tables(written, stage, "training"), stage, out)
     except PosencError as err:
         fail(str(err))
     print_table(table)

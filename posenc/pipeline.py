@@ -60,11 +60,16 @@ def store_into(out: Path, new: Results) -> list[Path]:
 
 def compare_into(
     out: Path, new: Results, run_ids: set[str], lengths: list[int] | None, command: str,
-    choices: pd.DataFrame | None = None,
+    choices: pd.DataFrame | None = None, extend: bool = False,
 ) -> tuple[pd.DataFrame, list[Path], dict]:
     """Merge ``new`` into ``out``'s store, then aggregate ``run_ids`` and write tables, figures, report;
-    ``choices``: how the runs were chosen among candidates (``--choose``), written beside them."""
+    ``choices``: how the runs were chosen among candidates (``--choose``), written beside them.
+
+    ``extend``: also aggregate the runs ``out``'s comparison already covers, from ``out``'s tables (their run
+    folders need not exist here: runs trained elsewhere stay in the comparison), with their ``choices``."""
     with updating(out) as stage:  # a parallel command into the same folder merges, never overwrites
+        if extend:
+            run_ids, choices = _extended(out, run_ids, choices)
         merged = merge(read_results(out), new)
         paths = write_results(stage, merged, summary=summary_markdown(merged.evaluations))
         discard(stage, f"{CHOICES_STEM}.*")  # from an earlier --choose: not this comparison's
@@ -72,6 +77,36 @@ def compare_into(
             paths += write_tables(choices, stage, CHOICES_STEM)
         comparison, more, figures = _write(stage, select(merged, run_ids, lengths), command, choices)
     return comparison, moved(paths + more, stage, out), _moved_figures(figures, stage, out)
+
+
+def _compared_run_ids(out: Path) -> set[str] | None:
+    """The runs ``out``'s comparison table covers, or None where ``out`` holds no comparison."""
+    previous = read_table(out, TABLE_STEM)
+    if previous is None:
+        return None
+    return {r for cell in previous["run_ids"].dropna() for r in str(cell).split(",") if r}
+
+
+def check_extendable(out: Path) -> set[str]:
+    """The runs ``out``'s comparison covers; an error where it holds none (``--extend``: before any work)."""
+    compared = _compared_run_ids(out)
+    if compared is None:
+        raise PosencError(f"{out} holds no comparison to extend (no {TABLE_STEM}.parquet); run `posenc compare "
+                          "--out` there without --extend first")
+    return compared
+
+
+def _extended(out: Path, run_ids: set[str], choices: pd.DataFrame | None
+              ) -> tuple[set[str], pd.DataFrame | None]:
+    """``run_ids`` and ``choices`` with those of ``out``'s comparison added (``posenc compare --extend``)."""
+    compared = check_extendable(out)
+    earlier = read_table(out, CHOICES_STEM)
+    if earlier is not None and choices is not None:
+        choices = pd.concat([earlier, choices], ignore_index=True).drop_duplicates(
+            subset=["config_id", "key", "value"], keep="last").reset_index(drop=True)
+    elif earlier is not None:
+        choices = earlier
+    return compared | run_ids, choices
 
 
 def _moved_figures(figures: dict, stage: Path, out: Path) -> dict:
@@ -90,7 +125,7 @@ def regenerate(out: Path, command: str) -> tuple[pd.DataFrame, list[Path], dict]
         if results is None or previous is None:
             raise PosencError(f"{out} holds no comparison (no extrapolation.parquet and comparison.parquet); "
                               "run `posenc compare --out` there first")
-        run_ids = {r for cell in previous["run_ids"].dropna() for r in str(cell).split(",") if r}
+        run_ids = _compared_run_ids(out)
         lengths = sorted(int(n) for n in previous["eval_length"].unique())
         choices = read_table(out, CHOICES_STEM)
         comparison, paths, figures = _write(stage, select(results, run_ids, lengths), command, choices)

@@ -37,6 +37,19 @@ def training_table(runs: list[Path]) -> pd.DataFrame:
     return table
 
 
+def extend_training_table(out_dir: Path, table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` after the rows of ``out_dir``'s training table for other runs (``posenc runs --extend``):
+    runs trained elsewhere keep their rows; a run in both takes its new row. Sorted by run."""
+    earlier = read_table(out_dir, "training")
+    if earlier is None:
+        return table
+    kept = earlier[~earlier["run"].isin(table["run"])]
+    if kept.empty:
+        return table
+    merged = pd.concat([kept.astype(table.dtypes.to_dict(), errors="ignore"), table], ignore_index=True)
+    return merged.sort_values("run", kind="stable").reset_index(drop=True)
+
+
 def describe_run(run: Path) -> str:
     """``run`` relative to the working directory when below it, else as given."""
     try:

@@ -287,6 +287,40 @@ def test_compare_pools_nothing_across_configurations_end_to_end(trained_runs: Pa
     assert "Runs compared" not in (chosen / "report.md").read_text()
 
 
+def test_compare_extend_keeps_runs_trained_elsewhere(trained_runs: Path, tmp_path):
+    """`--extend` adds runs to a comparison whose earlier runs are no longer on this machine (trained on another
+    one, say): those come from OUT's tables; without it only the runs given are compared; `runs --extend`
+    keeps the other runs' training rows the same way."""
+    here = tmp_path / "here"
+    shutil.copytree(trained_runs, here)
+    out = tmp_path / "cmp"
+    args = ("--lengths", "16,32", "--sequences", "4", "--out", str(out))
+    first = posenc_cli("compare", "--runs", str(here / "copy" / "rope"), *args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert posenc_cli("runs", "--runs", str(here / "copy" / "rope"), "--out", str(out), cwd=tmp_path).returncode == 0
+    shutil.rmtree(here / "copy" / "rope")  # rope's checkpoint is gone; its evaluations are in OUT's tables
+    learned = str(here / "copy" / "learned")
+    extended = posenc_cli("compare", "--runs", learned, *args, "--extend", cwd=tmp_path)
+    assert extended.returncode == 0, extended.stderr
+    comparison = pd.read_parquet(out / "comparison.parquet")
+    assert sorted(set(comparison["encoder"])) == ["learned", "rope"] and len(comparison) == 4
+    assert "rope" in (out / "report.md").read_text() and "learned" in (out / "report.md").read_text()
+    assert posenc_cli("runs", "--runs", learned, "--out", str(out), "--extend", cwd=tmp_path).returncode == 0
+    assert sorted(pd.read_parquet(out / "training.parquet")["encoder"]) == ["learned", "rope"]
+    regenerated = posenc_cli("report", str(out), cwd=tmp_path)
+    assert regenerated.returncode == 0 and len(pd.read_parquet(out / "comparison.parquet")) == 4
+
+    alone = posenc_cli("compare", "--runs", learned, *args, cwd=tmp_path)  # no --extend: these runs only
+    assert alone.returncode == 0 and set(pd.read_parquet(out / "comparison.parquet")["encoder"]) == {"learned"}
+    assert posenc_cli("runs", "--runs", learned, "--out", str(out), cwd=tmp_path).returncode == 0
+    assert list(pd.read_parquet(out / "training.parquet")["encoder"]) == ["learned"]
+
+    nothing = posenc_cli("compare", "--runs", learned, "--lengths", "16", "--out", str(tmp_path / "new"), "--extend",
+                         cwd=tmp_path)
+    assert nothing.returncode == 2 and "no comparison to extend" in nothing.stderr
+    assert "Traceback" not in nothing.stderr and len(nothing.stderr.strip().splitlines()) == 1
+
+
 def test_compare_with_rope_scaling_passkey_depths_and_lm_perplexity(tmp_path):
     """End to end through the CLI: the extension methods on a rotary checkpoint, passkey rows per depth,
     lm perplexity figures and the corpus named in the report; non-rotary runs evaluated as trained."""
