@@ -25,6 +25,9 @@ NEUTRAL_KEYS = ("progress", "resume", "paths", "device", "logger")
 # progress is logged (log_every: the results store already ignores it): a run may be resumed with other
 # values, and a run recorded before they existed still resumes.
 NEUTRAL_NESTED = {"train": ("compile", "log_every"), "model": ("attention",)}
+# Nested keys added later, at the value every run recorded before them had: a checkpoint without the key
+# compares as if it held that value (model.mixer: attention).
+LATER_DEFAULTS = {"model": {"mixer": "attention"}}
 
 
 class TrainingInterrupted(PosencError):
@@ -63,6 +66,9 @@ def comparable(config: dict[str, Any]) -> dict[str, Any]:
     for group, keys in NEUTRAL_NESTED.items():
         if isinstance(out.get(group), dict):
             out[group] = {k: v for k, v in out[group].items() if k not in keys}
+    for group, defaults in LATER_DEFAULTS.items():
+        if isinstance(out.get(group), dict):
+            out[group] = {**defaults, **out[group]}
     return out
 
 

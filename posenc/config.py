@@ -16,6 +16,7 @@ from posenc.encoders import AttentionShape, build_encoder, check_encoder_name
 from posenc.encoders.base import MAX_LENGTH
 from posenc.errors import ConfigError
 from posenc.options import checked_value
+from posenc.mixers import DEFAULT_MIXER, MIXERS
 from posenc.model import ModelConfig
 from posenc.tasks import build_task, check_task_name
 from posenc.tracking import TRACKERS, LoggerConfig
@@ -113,14 +114,25 @@ class RunConfig:
         return min(lo, self.task.length), self.task.length
 
 
+def check_mixer(mixer: str, encoder: str) -> None:
+    """``model.mixer`` is known, and a mixer other than attention comes with ``encoder=nope``: a convolution
+    mixes tokens by their index, so a positional encoding would have nothing to act on."""
+    if mixer not in MIXERS:
+        raise ConfigError(f"model.mixer must be one of {', '.join(MIXERS)}; got {mixer!r}")
+    if mixer != DEFAULT_MIXER and encoder != "nope":
+        raise ConfigError(f"model.mixer={mixer} takes encoder=nope (a convolution reads no positional "
+                          f"encoding), got encoder={encoder}")
+
+
 def training_bytes(model: ModelConfig, batch_size: int, length: int) -> int:
     """A lower bound on the memory training needs, in bytes: fp32 weights with their gradients and AdamW's
     two moments (4 copies), and the activations autograd keeps (about 16 floats per token, layer and
-    residual width, plus the attention scores of one layer)."""
+    residual width, plus the attention scores of one layer, if it attends)."""
     d, f = model.d_model, model.d_mlp
     params = model.vocab_size * d + model.n_layers * (4 * d * d + 2 * d * f)
     tokens = batch_size * (length + 1)
-    activations = tokens * model.n_layers * (16 * d + 2 * f) + batch_size * model.n_heads * (length + 1) ** 2
+    scores = batch_size * model.n_heads * (length + 1) ** 2 if model.mixer == DEFAULT_MIXER else 0
+    activations = tokens * model.n_layers * (16 * d + 2 * f) + scores
     return 4 * (4 * params + activations)
 
 
@@ -200,6 +212,7 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
 
     check_encoder_name(encoder.name)
     check_task_name(task.name)
+    check_mixer(model.mixer, encoder.name)
     if not 1 <= task.length <= MAX_LENGTH:
         raise ConfigError(f"task.length must be between 1 and {MAX_LENGTH}, got {task.length}")
     if task.variable_length and task.min_length is not None and (type(task.min_length) is not int or not 1 <= task.min_length <= task.length):

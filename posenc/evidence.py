@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pandas as pd
 
-from posenc.claims import Side
+from posenc.claims import DEFAULT_MIXER, Side
 from posenc.compare import chance_token_accuracy
 from posenc.store import Results
 
@@ -17,12 +18,18 @@ class TableEvidence:
     :func:`posenc.compare.with_depth_means`): per-seed arrays of per-sequence values, sorted by sequence, at
     any evaluation length a side was evaluated at.
 
-    A side is ambiguous - and so not evaluated, as far as a claim is concerned - when its task and
-    encoder were run in several configurations: a claim names encoders, not configurations.
+    A side is the runs of its task and encoder whose model mixes tokens with the side's mixer (``model.mixer``,
+    read from the run's configuration in the ``config`` column: a configuration without the key, as every
+    run recorded before mixers existed, is attention's). It is ambiguous - and so not evaluated, as far as a
+    claim is concerned - when those runs are in several configurations: a claim names encoders and mixers,
+    not configurations.
     """
 
     def __init__(self, results: Results) -> None:
         self.ev = results.evaluations
+        configs = self.ev["config"] if "config" in self.ev else pd.Series(None, index=self.ev.index, dtype=object)
+        mixers = {c: mixer_of(c) for c in configs.unique()}
+        self._mixer = configs.map(mixers)  # per evaluation row, its run's model.mixer
         seq = results.sequences
         seq = seq[seq["depth"].isna()]
         groups = seq.groupby(["run_id", "eval_length", "scaling"], sort=False)
@@ -30,7 +37,8 @@ class TableEvidence:
                      for (run_id, length, scaling), part in groups}
 
     def _runs(self, task: str, side: Side) -> pd.DataFrame | None:
-        rows = self.ev[(self.ev["task"] == task) & (self.ev["encoder"] == side.encoder)]
+        rows = self.ev[(self.ev["task"] == task) & (self.ev["encoder"] == side.encoder)
+                       & (self._mixer == side.mixer)]
         if rows.empty or rows["config_id"].nunique() != 1:
             return None
         return rows
@@ -94,3 +102,14 @@ class TableEvidence:
         configs = self.ev.loc[self.ev["task"] == task, "config"].unique() if "config" in self.ev else []
         levels = [c for c in (chance_token_accuracy(c) for c in configs) if not math.isnan(c)]
         return max(levels) if levels else math.nan
+
+
+def mixer_of(config: object) -> str:
+    """The ``model.mixer`` of a run's configuration (the JSON of :class:`posenc.store.RunIdentity`, which
+    leaves the key out at its default): attention where it says nothing."""
+    try:
+        model = json.loads(config).get("model") if isinstance(config, str) and config else None
+    except (ValueError, AttributeError):
+        model = None
+    mixer = model.get("mixer") if isinstance(model, dict) else None
+    return mixer if isinstance(mixer, str) else DEFAULT_MIXER

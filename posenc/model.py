@@ -2,7 +2,8 @@
 
 The structure follows nanoGPT (token embedding -> blocks of causal self-attention and MLP -> final norm ->
 LM head tied to the embedding). Position information enters only through the encoder's hooks (see
-:mod:`posenc.encoders`); nothing here depends on which encoder it is.
+:mod:`posenc.encoders`); nothing here depends on which encoder it is. What mixes tokens in each block is
+``model.mixer``: causal self-attention (the default) or a non-attention mixer from :mod:`posenc.mixers`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torch import Tensor, nn
 from posenc.attention import ATTENTION_KINDS, SHARED, CausalAttention
 from posenc.encoders import AttentionShape, PositionalEncoder
 from posenc.errors import ConfigError
+from posenc.mixers import DEFAULT_MIXER, MIXERS, BaseConv, base_conv_taps
 
 
 @dataclass
@@ -32,6 +34,9 @@ class ModelConfig:
     # here; fused SDPA for ALiBi and T5 at inference on CPU). Data-dependent biases (CoPE, FoX) always take
     # query blocks; other encoders PyTorch's fused causal SDPA.
     attention: str = "auto"
+    # What mixes tokens in each block: "attention" (causal self-attention with the encoder) or "base_conv"
+    # (Zoology's gated convolution, posenc/mixers.py; takes encoder=nope).
+    mixer: str = DEFAULT_MIXER
 
     def validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_mlp"):
@@ -45,6 +50,8 @@ class ModelConfig:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.attention not in ATTENTION_KINDS:
             raise ConfigError(f"model.attention must be one of {', '.join(ATTENTION_KINDS)}; got {self.attention!r}")
+        if self.mixer not in MIXERS:
+            raise ConfigError(f"model.mixer must be one of {', '.join(MIXERS)}; got {self.mixer!r}")
 
     @property
     def shape(self) -> AttentionShape:
@@ -85,13 +92,23 @@ class MLP(nn.Module):
         return self.down(F.gelu(self.up(x)))
 
 
-class Block(nn.Module):
-    """Pre-norm residual block: x + attn(ln(x)), then x + mlp(ln(x))."""
+def sequence_mixer(cfg: ModelConfig, encoder: PositionalEncoder, attend: CausalAttention, layer: int) -> nn.Module:
+    """Block ``layer``'s sequence mixer, ``[b, s, d]`` and positions ``[s]`` -> ``[b, s, d]``, by
+    ``cfg.mixer``: causal self-attention with ``encoder``, or BaseConv (whose long filters span the
+    encoder's training length)."""
+    if cfg.mixer == "base_conv":
+        return BaseConv(cfg.d_model, base_conv_taps(layer, cfg.n_layers, encoder.train_length))
+    return CausalSelfAttention(cfg, encoder, attend)
 
-    def __init__(self, cfg: ModelConfig, encoder: PositionalEncoder, attend: CausalAttention) -> None:
+
+class Block(nn.Module):
+    """Pre-norm residual block: x + mixer(ln(x)), then x + mlp(ln(x)). The mixer is attention unless
+    ``model.mixer`` says otherwise; it is kept as ``attn`` whatever it is, so that checkpoints keep their keys."""
+
+    def __init__(self, cfg: ModelConfig, encoder: PositionalEncoder, attend: CausalAttention, layer: int = 0) -> None:
         super().__init__()
         self.ln_attn = nn.LayerNorm(cfg.d_model)
-        self.attn = CausalSelfAttention(cfg, encoder, attend)
+        self.attn = sequence_mixer(cfg, encoder, attend, layer)
         self.ln_mlp = nn.LayerNorm(cfg.d_model)
         self.mlp = MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
@@ -114,7 +131,7 @@ class Transformer(nn.Module):
         self.cfg = cfg
         self.encoder = encoder
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg, encoder.for_layer(i), attend) for i in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, encoder.for_layer(i), attend, i) for i in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight  # weight tying, as in GPT-2 / nanoGPT

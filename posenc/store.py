@@ -43,6 +43,9 @@ NO_DEPTH = -1.0  # the depth key of rows without one (NaN never equals itself in
 _NOT_IDENTITY = {"seed", "device", "progress", "resume", "paths", "hydra", "logger"}
 _NOT_IDENTITY_TRAIN = {"compile", "log_every", "checkpoint_every", "eval_sequences"}
 _NOT_IDENTITY_MODEL = {"attention"}
+# Keys added after runs were recorded, left out of the identity at their default value (the value every
+# earlier run had), so that the run_id and config_id of every earlier run stay what they were.
+_DEFAULT_MODEL = {"mixer": "attention"}
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,8 @@ def run_identity(config: dict[str, Any]) -> RunIdentity:
     if isinstance(core.get("train"), dict):
         core["train"] = {k: v for k, v in core["train"].items() if k not in _NOT_IDENTITY_TRAIN}
     if isinstance(core.get("model"), dict):
-        core["model"] = {k: v for k, v in core["model"].items() if k not in _NOT_IDENTITY_MODEL}
+        core["model"] = {k: v for k, v in core["model"].items()
+                         if k not in _NOT_IDENTITY_MODEL and not (k in _DEFAULT_MODEL and v == _DEFAULT_MODEL[k])}
     text = json.dumps(core, sort_keys=True, default=str)
     seeded = json.dumps({"seed": config.get("seed"), **core}, sort_keys=True, default=str)
     return RunIdentity(_digest(seeded), _digest(text), text)
@@ -159,9 +163,38 @@ def read_results(out_dir: Path) -> Results | None:
             raise PosencError(f"{Path(out_dir) / stem}.parquet is not a posenc {stem} table of this version "
                               f"(no column {missing}); move it away or use another --out")
     empty = Results.empty()
-    return Results(evaluations[COLUMNS], *(t[c] if t is not None else getattr(empty, n) for t, c, n in
-                                           ((tables[1], SEQUENCE_COLUMNS, "sequences"),
-                                            (tables[2], POSITION_COLUMNS, "positions"))))
+    results = Results(evaluations[COLUMNS], *(t[c] if t is not None else getattr(empty, n) for t, c, n in
+                                              ((tables[1], SEQUENCE_COLUMNS, "sequences"),
+                                               (tables[2], POSITION_COLUMNS, "positions"))))
+    check_agreement(results, Path(out_dir))
+    return results
+
+
+def check_agreement(results: Results, out_dir: Path) -> None:
+    """Raise one line where ``sequences`` disagrees with ``extrapolation``: every evaluated row's
+    ``n_sequences`` must be the number of its rows in ``sequences`` (rows deleted from, or added to, one table
+    would otherwise be re-aggregated in silence, with intervals over the wrong sequences)."""
+    def normal(table: pd.DataFrame) -> pd.DataFrame:
+        return pd.DataFrame({"run_id": table["run_id"].astype(str), "eval_length": table["eval_length"].astype(int),
+                             "scaling": table["scaling"].astype(str),
+                             "depth": table["depth"].astype(float).fillna(NO_DEPTH)})
+
+    ev, seq = results.evaluations, results.sequences
+    expected = normal(ev).assign(expected=pd.to_numeric(ev["n_sequences"], errors="coerce").fillna(0).astype(int))
+    expected = expected.groupby(KEY, as_index=False)["expected"].sum()
+    found = normal(seq).groupby(KEY, as_index=False).size().rename(columns={"size": "found"})
+    both = expected.merge(found, on=KEY, how="outer").fillna({"expected": 0, "found": 0})
+    wrong = both[both["expected"] != both["found"]]
+    if wrong.empty:
+        return
+    first = wrong.iloc[0]
+    depth = "" if first["depth"] == NO_DEPTH else f", depth {first['depth']:g}"
+    more = f" (and {len(wrong) - 1} more evaluations)" if len(wrong) > 1 else ""
+    raise PosencError(
+        f"{out_dir / SEQUENCES}.parquet disagrees with {out_dir / EVALUATIONS}.parquet: run {first['run_id']} at "
+        f"length {int(first['eval_length'])} ({first['scaling']}{depth}) has {int(first['found'])} sequence rows where "
+        f"n_sequences says {int(first['expected'])}{more}; the tables were edited or damaged: restore them, or "
+        "move them away and evaluate again")
 
 
 def write_results(out_dir: Path, results: Results, summary: str | None = None) -> list[Path]:

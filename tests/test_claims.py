@@ -282,8 +282,11 @@ def test_missing_or_unlearned_side_is_not_testable(claim):
     del evidence._learned[claim.task, side]
     assert check(claim, evidence).details == (f"{side.label()} has no runs on {claim.task}",)
     evidence._learned[claim.task, side] = False
-    if claim.in_distribution:  # a claim about learning itself is judged on the values, and cannot agree
+    if claim.in_distribution and any(isinstance(e, Threshold) for e in claim.expect):
+        # a claim about learning itself is judged on the values, and a threshold cannot hold
         assert check(claim, evidence).outcome == "inconclusive"
+    elif claim.in_distribution:  # a comparison at the training length is judged on the values alone
+        assert check(claim, evidence).outcome == "agrees"
     else:
         details = (f"{side.label()} did not learn {claim.task} in distribution",)
         assert check(claim, evidence).details == details
@@ -519,8 +522,9 @@ def test_registry():
     keys = [c.key for c in CLAIMS]
     assert len(keys) == len(set(keys))
     assert keys == ["kazemnejad2023_copy", "kazemnejad2023_reverse", "press2022_lm", "ruoss2023_copy",
-                    "ruoss2023_reverse", "zoology2023_retrieval", "peng2023_lm", "peng2023_passkey",
-                    "sun2023_xpos"]  # peng2023_copy dropped: linear interpolation wins copy by construction
+                    "ruoss2023_reverse", "zoology2023_retrieval", "zoology2023_retrieval_mixers", "peng2023_lm",
+                    "peng2023_passkey", "sun2023_xpos"]  # peng2023_copy dropped: linear interpolation wins copy by
+                                                          # construction
     assert all(c.expect and c.windows and c.source and c.statement for c in CLAIMS)
     assert {c.task for c in claims_for({"copy"})} == {"copy"} and claims_for(set()) == []
     lm = ["press2022_lm", "peng2023_lm", "peng2023_passkey", "sun2023_xpos"]
@@ -536,9 +540,13 @@ def test_every_side_a_claim_names_is_a_registered_encoder_and_scaling():
     from posenc.encoders import ENCODERS
     from posenc.functional.rope_scaling import ROPE_SCALING
 
+    from posenc.mixers import MIXERS
+
     named = {s for c in CLAIMS for s in (*c.sides(), *(r.side for r in c.reported))}
     assert {s.encoder for s in named} <= set(ENCODERS), {s.encoder for s in named} - set(ENCODERS)
     assert {s.scaling for s in named} <= set(ROPE_SCALING), {s.scaling for s in named} - set(ROPE_SCALING)
+    assert {s.mixer for s in named} <= set(MIXERS), {s.mixer for s in named} - set(MIXERS)
+    assert all(s.encoder == "nope" for s in named if s.mixer != "attention")  # what the config allows
 
 
 @pytest.mark.parametrize("task", ["copy", "reverse"])
@@ -570,6 +578,9 @@ def test_ruoss_is_exact_match_over_two_windows_and_says_it_compares_means():
 
 def test_side_label():
     assert Side("rope").label() == "rope" and Side("rope", "yarn").label() == "rope +yarn"
+    assert Side("nope", mixer="base_conv").label() == "base_conv"
+    assert Side("alibi", mixer="base_conv").label() == "alibi base_conv"
+    assert Side("nope") == Side("nope", "none", "attention") != Side("nope", mixer="base_conv")
 
 
 # --- posenc.evidence over the tables ------------------------------------------------------------------------
@@ -599,3 +610,108 @@ def test_table_evidence_reads_every_length_per_seed_and_knows_chance():
     assert c.lengths == (36, 40, 64) and "over (1×, 2×] (36–64, 3 lengths)" in c.line
 
 
+
+
+# --- Zoology's comparative half: attention against BaseConv, from results tables ------------------------------
+
+ZOOLOGY_MIXERS = next(c for c in CLAIMS if c.key == "zoology2023_retrieval_mixers")
+BASE_CONV = Side("nope", mixer="base_conv")
+
+
+def mixer_run(mixer: str, encoder: str, values: dict, **kwargs):
+    """:func:`fake_run` of a model whose ``model.mixer`` is ``mixer``: its identity and configuration as
+    training would record them."""
+    import json
+
+    from posenc.store import Results, run_identity
+
+    run = fake_run(encoder, values, **kwargs)
+    config = {**json.loads(run.evaluations["config"].iloc[0]), "seed": kwargs.get("seed", 0)}
+    config["model"]["mixer"] = mixer
+    new = run_identity(config)
+    return Results(run.evaluations.assign(run_id=new.run_id, config_id=new.config_id, config=new.config),
+                   run.sequences.assign(run_id=new.run_id), run.positions.assign(run_id=new.run_id))
+
+
+def retrieval_table(rope, alibi, base_conv=None, nope=None, base_conv_learned=False):
+    """Per-sequence exact match at 32 for each side, 3 seeds each (None: no runs)."""
+    from posenc.compare import with_depth_means
+
+    def runs(encoder, values, mixer="attention", learned=True):
+        if values is None:
+            return []
+        return [mixer_run(mixer, encoder, {L: list(values)}, task="retrieval", seed=s, train_length=L,
+                          learned=learned) for s in range(SEEDS)]
+
+    parts = [*runs("rope", rope), *runs("alibi", alibi), *runs("nope", nope),
+             *runs("nope", base_conv, "base_conv", base_conv_learned)]
+    return with_depth_means(results_of(*parts))
+
+
+SOLVED, THIRD = np.ones(N), (difficulty(L) < 1 / 3).astype(float)
+HALF, NOTHING = (difficulty(L) < 0.5).astype(float), np.zeros(N)
+
+
+@pytest.mark.parametrize("outcome, tables", [
+    ("agrees", dict(rope=SOLVED, alibi=SOLVED, base_conv=THIRD)),  # BaseConv did not learn: evidence, as here
+    ("differs", dict(rope=HALF, alibi=SOLVED, base_conv=SOLVED, base_conv_learned=True)),
+    ("inconclusive", dict(rope=HALF, alibi=SOLVED, base_conv=HALF)),  # rope ties BaseConv: open
+    ("not testable", dict(rope=SOLVED, alibi=SOLVED)),  # no BaseConv runs: the state of every committed table
+    ("not testable", dict(rope=NOTHING, alibi=NOTHING, base_conv=NOTHING)),  # all at chance
+])
+def test_zoology_mixers_reaches_every_outcome_from_tables(outcome, tables):
+    from posenc.evidence import TableEvidence
+
+    verdict = check(ZOOLOGY_MIXERS, TableEvidence(retrieval_table(**tables)))
+    assert verdict.outcome == outcome, verdict.details
+    if "base_conv" not in tables:
+        assert verdict.details == ("base_conv has no runs on retrieval",) and not verdict.checks
+    elif outcome != "not testable":
+        assert [line.split(" at ")[0] for line in verdict.details] == ["rope − base_conv", "alibi − base_conv"]
+        assert verdict.rule == "Bonferroni over 2 comparisons: 97.5% intervals"
+    else:
+        assert all("at chance" in line for line in verdict.details)
+
+
+def test_zoology_mixers_is_attention_against_base_conv_at_the_training_length():
+    claim = ZOOLOGY_MIXERS
+    assert claim.task == "retrieval" and claim.metric == "exact_match" and claim.windows == (Window.at(1),)
+    assert claim.in_distribution  # a BaseConv that did not learn is evidence, not a reason to withhold
+    assert claim.expect == (Comparison(Side("rope"), BASE_CONV), Comparison(Side("alibi"), BASE_CONV))
+    assert "width growing with the number of key-value pairs" in claim.caveat and "d_model 64" in claim.caveat
+    assert "8000 steps" in claim.caveat
+    # the first half stays a claim of its own, judged on its own two thresholds
+    assert ZOOLOGY.expect == (Threshold(Side("rope"), 0.95), Threshold(Side("alibi"), 0.95))
+
+
+def test_table_evidence_tells_mixers_apart_and_default_sides_match_what_they_matched_before():
+    """Side("nope") matches NoPE attention runs alone, whatever BaseConv runs share the table (which would
+    otherwise make nope ambiguous: two configurations); BaseConv's side matches BaseConv runs alone."""
+    from posenc.evidence import TableEvidence
+
+    before = TableEvidence(retrieval_table(SOLVED, SOLVED, nope=HALF))
+    after = TableEvidence(retrieval_table(SOLVED, SOLVED, nope=HALF, base_conv=THIRD))
+    nope = Side("nope")
+    for ev in (before, after):
+        assert ev.learned("retrieval", nope) is True and ev.train_length("retrieval", nope) == L
+        assert ev.lengths("retrieval", nope, "exact_match") == (L,)
+    old, new = (ev.at_length("retrieval", nope, L, "exact_match") for ev in (before, after))
+    assert old.keys() == new.keys() and all(np.array_equal(old[k], new[k]) for k in old)
+    assert before.learned("retrieval", BASE_CONV) is None  # no runs: the report leaves the claim out
+    conv = after.at_length("retrieval", BASE_CONV, L, "exact_match")
+    assert len(conv) == SEEDS and not set(conv) & set(new) and all(np.array_equal(v, THIRD) for v in conv.values())
+    assert after.learned("retrieval", BASE_CONV) is False
+    # two configurations of one side stay ambiguous, mixer or not
+    other = mixer_run("base_conv", "nope", {L: list(SOLVED)}, task="retrieval", train_length=L, lr=0.001)
+    from posenc.compare import with_depth_means
+
+    both = with_depth_means(results_of(retrieval_table(SOLVED, SOLVED, base_conv=THIRD), other))
+    assert TableEvidence(both).learned("retrieval", BASE_CONV) is None
+    assert TableEvidence(both).learned("retrieval", Side("rope")) is True
+
+
+def test_mixer_of_reads_the_identity_json():
+    from posenc.evidence import mixer_of
+
+    assert mixer_of('{"model": {"mixer": "base_conv"}}') == "base_conv"
+    assert mixer_of('{"model": {"d_model": 16}}') == mixer_of("") == mixer_of(None) == mixer_of("{") == "attention"
