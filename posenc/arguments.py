@@ -73,6 +73,9 @@ def parse_scalings(text: str, factor: float | None = None) -> list[RopeScaling]:
             if name in parsed[-1][1]:
                 raise PosencError(f"--rope-scaling: {method}: option {name} given twice")
             parsed[-1][1][name] = _option_value(method, name, value, allowed[name])
+    if factor is not None and all(method == NO_SCALING for method, _ in parsed):
+        raise PosencError(f"--rope-factor {factor:g} sets the factor of a RoPE scaling method, and --rope-scaling "
+                          f"names none ({text!r}); add one, e.g. --rope-scaling none,yarn --rope-factor {factor:g}")
     scalings = []
     for method, options in parsed:
         defaults = method_options(method)

@@ -84,19 +84,20 @@ def extrapolate(
     by answer position in positions.parquet. With --rope-scaling, rotary runs are also evaluated under each
     RoPE extension method (a `scaling` column).
     """
+    from posenc.extrapolate import distinct_runs, not_learned_note, scaling_note
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.extrapolate import not_learned_note, scaling_note
     from posenc.folders import check_destination
     from posenc.pipeline import store_into
     from posenc.runs import find_runs
     from posenc.store import read_results
     from posenc.views import summary
 
+    unreadable: list[str] = []
     try:
         wanted = parse_lengths(lengths)
         scalings = parse_scalings(rope_scaling, rope_factor)
         check_eval_options(sequences, device)
-        found = find_runs(runs or _default_runs())
+        found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable))
         check_destination(out)
         read_results(out)  # read before the long work: a bad --out or damaged table fails early
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, scalings=scalings)
@@ -113,7 +114,7 @@ def extrapolate(
         console.print(f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (mean over seeds; all columns "
                       "in the files below)")
         print_table(shown)
-    print_notes(skipped, scaling_note(table, scalings), not_learned_note(table, wanted))
+    print_notes(unreadable + skipped, same, scaling_note(table, scalings), not_learned_note(table, wanted))
     console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
 
 
@@ -151,21 +152,24 @@ def compare(
 
     Reuses evaluations in OUT's tables, evaluates only missing (run, length) pairs, never trains.
     """
+    from posenc.extrapolate import distinct_runs, not_learned_note, run_config, scaling_note
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.extrapolate import not_learned_note, run_config, scaling_note
     from posenc.folders import check_destination
     from posenc.pipeline import check_extendable, compare_into
     from posenc.runs import find_runs
-    from posenc.selection import choose_runs
+    from posenc.selection import check_choose_key, choose_runs
     from posenc.store import read_results, run_identity
 
+    unreadable: list[str] = []
     try:
         wanted = parse_lengths(lengths) if lengths is not None else None
         if wanted is None:
             parse_lengths(str(up_to))  # same range check as --lengths
         scalings = parse_scalings(rope_scaling, rope_factor)
         check_eval_options(sequences, device)
-        found = find_runs(runs or _default_runs())
+        if choose is not None:
+            check_choose_key(choose)
+        found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable))
         choices = None
         if choose is not None:
             found, choices = choose_runs(found, [run_config(run) for run in found], choose)
@@ -188,7 +192,8 @@ def compare(
         print_error("interrupted; no table written")
         raise typer.Exit(130)
     print_comparison(comparison)
-    print_notes(skipped, scaling_note(new.evaluations, scalings), not_learned_note(new.evaluations, wanted))
+    print_notes(unreadable + skipped, same, scaling_note(new.evaluations, scalings),
+                not_learned_note(new.evaluations, wanted))
     console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
                   f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
 
@@ -226,10 +231,11 @@ def runs(
     from posenc.runs import find_runs
     from posenc.tables import extend_training_table, training_table, write_tables
 
+    notes: list[str] = []
     try:
         if out is not None:
             check_destination(out)
-        table = training_table(find_runs(runs or _default_runs()))
+        table = training_table(find_runs(runs or _default_runs(), notes), notes)
         paths = []
         if out is not None:
             with updating(out) as stage:
@@ -238,6 +244,7 @@ def runs(
     except PosencError as err:
         fail(str(err))
     print_table(table)
+    print_notes(notes)
     if paths:
         console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
 

@@ -5,8 +5,8 @@ This module evaluates; :mod:`posenc.store` reads, merges and writes what it retu
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import re
 import time
 from pathlib import Path
@@ -73,12 +73,11 @@ def default_lengths(train_length: int, up_to: int, variable: bool = False) -> li
 
 
 def _metrics(run: Path) -> dict:
-    """The run's ``metrics.json`` (empty if unreadable)."""
+    """The run's ``metrics.json`` (empty if missing, special or damaged: :func:`run_problem` says which)."""
     try:
-        metrics = json.loads((run / run_files.METRICS_FILE).read_text())
-    except (OSError, ValueError):
+        return run_files.read_metrics(run)
+    except PosencError:
         return {}
-    return metrics if isinstance(metrics, dict) else {}
 
 
 def _train_length(config: dict) -> int:
@@ -90,12 +89,71 @@ def _train_length(config: dict) -> int:
 
 
 def run_config(run: Path) -> dict:
-    """The run's ``config.yaml`` as a mapping; empty if unreadable (loading the run then says why)."""
+    """The run's ``config.yaml`` as a mapping; empty if unreadable (:func:`read_config` says why)."""
     try:
-        config = yaml.safe_load((run / run_files.CONFIG_FILE).read_text())
-    except (OSError, yaml.YAMLError):
+        return read_config(run)
+    except PosencError:
         return {}
-    return config if isinstance(config, dict) else {}
+
+
+def read_config(run: Path) -> dict:
+    """The run's ``config.yaml`` as a mapping, checked before it is trusted (it gives the run its identity):
+    missing, special (a FIFO), unreadable, not YAML or not a mapping raises one line naming the file."""
+    path = run / run_files.CONFIG_FILE
+    if not os.path.lexists(path):
+        raise PosencError(f"{run} has no {run_files.CONFIG_FILE} (it names the run's configuration); not a posenc "
+                          "run folder, or a damaged one")
+    run_files.check_regular(path, "a run's config")
+    try:
+        config = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise PosencError(f"cannot read {path}: {err.strerror or err}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise PosencError(f"damaged {path}: not YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(config, dict) or not config:
+        raise PosencError(f"damaged {path}: {'empty' if not config else 'not a mapping'}; it names the run's "
+                          "configuration: restore it or train the run again")
+    return config
+
+
+def run_problem(run: Path) -> str | None:
+    """Why ``run`` cannot be evaluated as it is, from its files alone (no checkpoint is loaded): unfinished,
+    or a damaged, special or mistyped ``metrics.json``, ``config.yaml`` or ``checkpoint.pt``; None if none."""
+    try:
+        run_files.read_metrics(run)
+        read_config(run)
+        run_files.check_regular(run / run_files.CHECKPOINT_FILE, "a run's checkpoint")
+    except PosencError as err:
+        return str(err)
+    return None
+
+
+def distinct_runs(runs: list[Path]) -> tuple[list[Path], str | None]:
+    """``runs`` with each run once: the same run reached by two paths (a symlink, a backup copy of its folder)
+    has one identity (:func:`posenc.store.run_identity`) and is evaluated and pooled once. Also a note naming
+    what was left out (None if nothing). Kept: a copy whose files are whole, then a path without symlinks, then
+    the first in sorted order. Runs whose config cannot be read are kept: evaluating them says why they are
+    skipped."""
+    by_id: dict[str, list[Path]] = {}
+    for run in runs:
+        config = run_config(run)
+        key = run_identity(config).run_id if config else f"unreadable:{run}"
+        by_id.setdefault(key, []).append(run)
+    kept, dropped = [], []
+    for key, paths in by_id.items():
+        if len(paths) > 1:  # a whole copy first, then one reached without a symlink
+            paths = sorted(paths, key=lambda p: (run_problem(p) is not None, os.path.realpath(p) != os.path.abspath(p),
+                                                 str(p)))
+        kept.append(paths[0])
+        if len(paths) > 1:
+            dropped.append((key, paths))
+    if not dropped:
+        return runs, None
+    shown = "; ".join(f"run {key} at {', '.join(map(str, paths))}: kept {paths[0]}" for key, paths in dropped[:3])
+    more = f"; and {len(dropped) - 3} more" if len(dropped) > 3 else ""
+    note = (f"the same run was reached by more than one path (a symlink or a copy of its folder), so it is evaluated "
+            f"and pooled once: {shown}{more}")
+    return sorted(kept), note
 
 
 def scalings_for(config: dict, scalings: list[RopeScaling]) -> list[RopeScaling]:
@@ -148,8 +206,11 @@ def extrapolate(
 
     dev = resolve_device(device)
     scalings = scalings or [RopeScaling(NO_SCALING)]
+    problems = {run: run_problem(run) for run in runs}  # unfinished or damaged: skipped, said why
+    skipped = [problems[run] for run in runs if problems[run]]
+    runs = [run for run in runs if not problems[run]]
     configs = {run: run_config(run) for run in runs}  # cheap: no checkpoint is read yet
-    metrics = {run: _metrics(run) for run in runs}  # {} for an unfinished run
+    metrics = {run: _metrics(run) for run in runs}
     identity = {run: run_identity(configs[run]) for run in runs}
     ids = {run: identity[run].run_id for run in runs}
     plan = {run: scalings_for(configs[run], scalings) for run in runs}
@@ -160,7 +221,7 @@ def extrapolate(
     wanted = {run: [n for n in _lengths_for(configs[run], lengths, up_to, identity[run].config_id not in missed)
                     if any((ids[run], n, scaling_label(sc)) not in done for sc in plan[run])]
               for run in runs}
-    parts, skipped = [], []
+    parts = []
     with make_progress(progress, fields="{task.fields[current]}") as bar:
         total = sum(len(wanted[run]) * len(plan[run]) for run in runs)  # x depths once a run is loaded
         job = bar.add_task("evaluate", total=total, current="")
@@ -168,8 +229,6 @@ def extrapolate(
             if not wanted[run]:
                 continue  # everything already evaluated
             try:
-                if not (run / run_files.METRICS_FILE).is_file():
-                    raise PosencError(f"{run} is unfinished (no {run_files.METRICS_FILE}); finish training first")
                 cfg, task, model = run_dirs.load_run(run, dev)
             except PosencError as err:
                 skipped.append(str(err))
@@ -197,7 +256,7 @@ def extrapolate(
         return Results.empty(), skipped
     if not parts:
         first = skipped[0]
-        raise PosencError(first if len(skipped) == 1 else f"none of {len(runs)} runs could be evaluated; {first}")
+        raise PosencError(first if len(skipped) == 1 else f"none of {len(skipped)} runs could be evaluated; {first}")
     return Results.concat(parts), skipped
 
 

@@ -76,3 +76,74 @@ def learned_from_metrics(metrics: dict[str, Any], exact_match_task: bool = True)
     if "learned" in metrics:
         return bool(metrics["learned"])
     return float(metrics.get("exact_match") or 0.0) >= 0.99
+
+
+def special_file(path: Path) -> str | None:
+    """What ``path`` is when it exists but is no regular file (``"a FIFO"``, ``"a folder"``, ...), else None.
+
+    Opening a FIFO for reading blocks until a writer appears, so every run file and corpus file is checked
+    with this before it is read (a symlink to a regular file is a regular file)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # missing or unreadable: reading it says so
+    if stat.S_ISREG(mode):
+        return None
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_regular(path: Path, what: str) -> None:
+    """Raise a one-line error when ``path`` exists but is no regular file (a FIFO would block a reader)."""
+    from posenc.errors import PosencError
+
+    kind = special_file(path)
+    if kind is not None:
+        raise PosencError(f"{path} is {kind}, not a file: {what} must be a regular file; move it away")
+
+
+# metrics.json keys whose type posenc relies on: (accepted types, what the message says)
+_METRIC_TYPES = {
+    "exact_match": ((int, float, type(None)), "a number"), "token_accuracy": ((int, float, type(None)), "a number"),
+    "loss": ((int, float, type(None)), "a number"), "steps_to_learn": ((int, type(None)), "an integer or null"),
+    "learned": ((bool,), "true or false"), "checks": ((list, bool, int), "a list"),
+}  # fmt: skip
+
+
+def read_metrics(run: Path) -> dict[str, Any]:
+    """A finished run's ``metrics.json``, checked before it is trusted: missing, special (a FIFO), unreadable,
+    empty, truncated, not a JSON object, or holding a mistyped field raises one line naming the file (never
+    read as "not learned")."""
+    from posenc.errors import PosencError
+
+    path = Path(run) / METRICS_FILE
+    if not os.path.lexists(path):
+        raise PosencError(f"{run} is unfinished (no {METRICS_FILE}); finish training first")
+    check_regular(path, "a run's metrics")
+    damaged = f"damaged {path}"
+    try:
+        text = path.read_bytes().decode()
+    except UnicodeDecodeError:
+        raise PosencError(f"{damaged}: not text; it records whether the run learned: restore it or train the run "
+                          "again") from None
+    except OSError as err:
+        raise PosencError(f"cannot read {path}: {err.strerror or err}") from None
+    if not text.strip():
+        raise PosencError(f"{damaged}: empty; it records whether the run learned: restore it or train the run again")
+    try:
+        metrics = json.loads(text)
+    except ValueError as err:
+        raise PosencError(f"{damaged}: not valid JSON (truncated? {str(err).split(':')[0]}); it records whether the "
+                          "run learned: restore it or train the run again") from None
+    if not isinstance(metrics, dict):
+        raise PosencError(f"{damaged}: a JSON {type(metrics).__name__}, not posenc's metrics (an object)")
+    for key, (types, shown) in _METRIC_TYPES.items():
+        value = metrics.get(key)
+        if key in metrics and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            raise PosencError(f"{damaged}: {key} is {value!r}, not {shown} (a foreign or mistyped metrics file)")
+    return metrics

@@ -20,7 +20,8 @@ from omegaconf.errors import OmegaConfBaseException
 from posenc.config import run_config_from_dict
 from posenc.encoders import ENCODERS
 from posenc.errors import ConfigError, PosencError
-from posenc.files import CHECKPOINT_FILE
+from posenc.files import (CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE, OVERRIDES_FILE,
+                          check_regular)
 from posenc.folders import check_writable
 from posenc.tasks import TASKS
 from posenc.tracking import check_logger
@@ -100,6 +101,7 @@ def check_resume_source(resume: str) -> None:
     """``resume=PATH`` names a checkpoint file, or a run folder holding one (as training reads it)."""
     source = Path(resume)
     source = source / CHECKPOINT_FILE if source.is_dir() else source
+    check_regular(source, f"resume={resume}")
     if not source.is_file():
         raise PosencError(f"resume={resume}: no checkpoint there")
 
@@ -111,6 +113,9 @@ def check_existing_checkpoint(args: list[str], config: dict) -> None:
 
     for arg in args:
         key, _, value = arg.partition("=")
+        if key == "hydra.run.dir" and "${" not in value:
+            for name in (CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, HISTORY_FILE, LOG_FILE, OVERRIDES_FILE):
+                check_regular(Path(value) / name, f"a run's {name}")  # a FIFO would block the writer or reader
         if key == "hydra.run.dir" and "${" not in value and (Path(value) / CHECKPOINT_FILE).is_file():
             load_training_state(Path(value) / CHECKPOINT_FILE, config)
 

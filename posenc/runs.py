@@ -5,6 +5,7 @@ Writing files atomically and the names of a run's files live in :mod:`posenc.fil
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,24 +13,39 @@ import torch
 
 from posenc.config import RunConfig, run_config_from_dict
 from posenc.errors import PosencError
-from posenc.files import CHECKPOINT_FILE
+from posenc.files import CHECKPOINT_FILE, check_regular
 
 
-def find_runs(paths: list[Path]) -> list[Path]:
+def find_runs(paths: list[Path], unreadable: list[str] | None = None) -> list[Path]:
     """Run directories named in ``paths`` and every one below them, sorted: a sweep folder's runs, and the
     runs with overrides that `posenc train` nests inside the default run's folder
-    (``runs/copy/rope/seed0/train.steps=100/``)."""
+    (``runs/copy/rope/seed0/train.steps=100/``). Symlinked folders below ``paths`` are not followed (name
+    them in ``paths``).
+
+    A folder that cannot be listed (no permission) may hold runs: it is never passed over in silence. Each
+    is a line in ``unreadable`` when given (the command reports them as skipped), else an error."""
     runs: set[Path] = set()
+    problems: list[str] = []
     for path in paths:
         if not path.exists():
             raise PosencError(f"run directory not found: {path}")
         if not path.is_dir():
             raise PosencError(f"not a directory: {path}")
-        runs.update(p.parent for p in path.rglob(CHECKPOINT_FILE))
+
+        def report(err: OSError) -> None:
+            problems.append(f"cannot read folder {err.filename}: {err.strerror or err}; any runs in it are left "
+                            "out (make it readable to include them)")
+
+        for root, _, names in os.walk(path, onerror=report):
+            if CHECKPOINT_FILE in names:
+                runs.add(Path(root))
+    if problems and unreadable is None:
+        raise PosencError(problems[0])
+    if unreadable is not None:
+        unreadable.extend(problems)
     if not runs:
-        raise PosencError(
-            f"no trained runs (folders with {CHECKPOINT_FILE}) under: {', '.join(map(str, paths))}"
-        )
+        where = ", ".join(map(str, paths))
+        raise PosencError(problems[0] if problems else f"no trained runs (folders with {CHECKPOINT_FILE}) under: {where}")
     return sorted(runs)
 
 
@@ -38,6 +54,7 @@ def read_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
 
     An unreadable, truncated or foreign file raises :class:`PosencError`.
     """
+    check_regular(path, "a checkpoint")  # a FIFO would block torch.load forever
     try:
         payload = torch.load(path, map_location=device, weights_only=True)
         payload["config"]

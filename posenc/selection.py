@@ -37,12 +37,7 @@ def _candidate_rows(runs: list[Path], key: str, configs: list[dict]) -> pd.DataF
     rows = []
     for run, config in zip(runs, configs):
         flat = _flatten(config)
-        metrics_path = run / run_files.METRICS_FILE
-        try:
-            metrics = json.loads(metrics_path.read_text())
-        except (OSError, ValueError) as err:
-            raise PosencError(f"{run} is unfinished (no readable {run_files.METRICS_FILE}); finish training "
-                              "first: --choose compares finished runs") from err
+        metrics = run_files.read_metrics(run)  # unfinished or damaged: one line (--choose compares finished runs)
         task = (config.get("task") or {}).get("name")
         learned = run_files.learned_from_metrics(metrics, has_mastery_criterion(task))
         steps = metrics.get("steps_to_learn")
@@ -67,6 +62,22 @@ def _without(config: dict, key: str) -> dict:
     return out
 
 
+def check_choose_key(key: str) -> None:
+    """Refuse a ``--choose`` key that cannot name a setting to choose: the seed (seeds of one configuration are
+    pooled; keeping the best seed would report luck) and keys that do not change what a run computes (left out
+    of its identity: the device, logging, checkpoint interval, ...)."""
+    from posenc.store import _NOT_IDENTITY, _NOT_IDENTITY_MODEL, _NOT_IDENTITY_TRAIN
+
+    head, _, rest = key.partition(".")
+    if key == "seed":
+        raise PosencError("--choose seed: seeds of one configuration are pooled, never chosen among (keeping the "
+                          "best seed would report luck); choose a setting, e.g. --choose train.lr")
+    if (head in _NOT_IDENTITY or (head == "train" and rest in _NOT_IDENTITY_TRAIN)
+            or (head == "model" and rest in _NOT_IDENTITY_MODEL)):
+        raise PosencError(f"--choose {key}: {key} does not change what a run computes (it is not part of a run's "
+                          "identity), so there is nothing to choose; choose a setting, e.g. --choose train.lr")
+
+
 def choose_runs(runs: list[Path], configs: list[dict], key: str) -> tuple[list[Path], pd.DataFrame]:
     """The runs of the chosen candidate of each configuration, and the table of every candidate.
 
@@ -81,6 +92,7 @@ def choose_runs(runs: list[Path], configs: list[dict], key: str) -> tuple[list[P
     Raises:
         PosencError: ``key`` is in no run's config, or a run is unfinished.
     """
+    check_choose_key(key)
     if not any(key in _flatten(c) for c in configs):
         raise PosencError(f"--choose {key}: no run's config has the key {key!r} (e.g. train.lr)")
     runs_table = _candidate_rows(runs, key, configs)
@@ -134,10 +146,7 @@ def missed_configurations(runs: list[Path], configs: list[dict], key: str, value
     for run, config in zip(runs, configs):
         if _flatten(config).get(key) != value:
             continue
-        try:
-            metrics = json.loads((run / run_files.METRICS_FILE).read_text())
-        except (OSError, ValueError) as err:
-            raise PosencError(f"{run} is unfinished (no readable {run_files.METRICS_FILE})") from err
+        metrics = run_files.read_metrics(run)  # unfinished or damaged: one line
         task, encoder = (config.get("task") or {}).get("name"), (config.get("encoder") or {}).get("name")
         if not run_files.learned_from_metrics(metrics, has_mastery_criterion(task)):
             encoders = missed.setdefault(task, [])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -16,17 +16,20 @@ TRAINING_COLUMNS = [
 ]  # fmt: skip
 
 
-def training_table(runs: list[Path]) -> pd.DataFrame:
-    """One row per run: its final in-distribution metrics from ``metrics.json`` (NaN where missing)."""
+def training_table(runs: list[Path], notes: list[str] | None = None) -> pd.DataFrame:
+    """One row per run: its final in-distribution metrics from ``metrics.json`` (NaN where missing). A damaged,
+    special or mistyped ``metrics.json`` (not an unfinished run's missing one) leaves the row empty and adds a
+    line naming it to ``notes`` when given."""
     from posenc.tasks import has_mastery_criterion  # `posenc runs` only: tables stay importable without torch
 
     rows = []
     for run in runs:
-        path = run / run_files.METRICS_FILE
         try:
-            metrics = json.loads(path.read_text())
-        except (OSError, ValueError):
+            metrics = run_files.read_metrics(run)
+        except PosencError as err:
             metrics = {}
+            if notes is not None and os.path.lexists(run / run_files.METRICS_FILE):
+                notes.append(str(err))
         if metrics:
             metrics["learned"] = run_files.learned_from_metrics(metrics, has_mastery_criterion(metrics.get("task")))
         rows.append({**{c: None for c in TRAINING_COLUMNS}, **metrics, "run": describe_run(run)})

@@ -277,9 +277,12 @@ def _state_to_resume(cfg: RunConfig, run_dir: Path, config: dict[str, Any]) -> d
     if isinstance(cfg.resume, str):
         source = Path(cfg.resume)
         source = source / run_files.CHECKPOINT_FILE if source.is_dir() else source
+        run_files.check_regular(source, f"resume={cfg.resume}")
         if not source.is_file():
             raise PosencError(f"resume={cfg.resume}: no checkpoint there")
         return load_training_state(source, config)
+    for name in (run_files.CHECKPOINT_FILE, run_files.METRICS_FILE, run_files.CONFIG_FILE, run_files.HISTORY_FILE):
+        run_files.check_regular(run_dir / name, "a run's " + name)  # a FIFO would block a reader forever
     existing = run_dir / run_files.CHECKPOINT_FILE
     if not existing.is_file():
         return None

@@ -2,6 +2,7 @@
 every existing file byte-for-byte as it was."""
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ from conftest import TINY
 from typer.testing import CliRunner
 
 from posenc.cli import app
-from posenc.files import CHECKPOINT_FILE, METRICS_FILE
+from posenc.files import CHECKPOINT_FILE, CONFIG_FILE, LOG_FILE, METRICS_FILE
 
 runner = CliRunner()
 
@@ -131,6 +132,30 @@ CASES = [
     ("compare up to zero", ["compare", "--runs", "{run}", "--up-to", "0", "--out", "{tmp}/c"]),
     ("negative sequences", ["extrapolate", "--runs", "{run}", "--sequences", "-4", "--out", "{out}"]),
     ("resume into a half-truncated checkpoint", ["train", "hydra.run.dir={tmp}/truncated"]),
+    # issue 27: run files checked before they are trusted; options that cannot mean anything
+    ("compare choosing by seed", ["compare", "--runs", "{run}", "--choose", "seed", "--out", "{tmp}/c"]),
+    ("compare choosing by the device", ["compare", "--runs", "{run}", "--choose", "device", "--out", "{tmp}/c"]),
+    ("rope factor without a scaling method", ["extrapolate", "--runs", "{run}", "--rope-factor", "4", "--out", "{out}"]),
+    ("rope factor with scaling none", ["compare", "--runs", "{run}", "--rope-scaling", "none", "--rope-factor", "2",
+                                       "--out", "{tmp}/c"]),
+    ("empty metrics.json", ["extrapolate", "--runs", "{tmp}/metrics-empty", "--lengths", "16", "--out", "{out}"]),
+    ("truncated metrics.json", ["extrapolate", "--runs", "{tmp}/metrics-truncated", "--lengths", "16", "--out", "{out}"]),
+    ("metrics.json not an object", ["extrapolate", "--runs", "{tmp}/metrics-list", "--lengths", "16", "--out", "{out}"]),
+    ("mistyped metrics.json", ["compare", "--runs", "{tmp}/metrics-mistyped", "--lengths", "16", "--out", "{tmp}/c"]),
+    ("choosing among runs with a damaged metrics.json", ["compare", "--runs", "{tmp}/metrics-empty", "--choose",
+                                                         "train.lr", "--out", "{tmp}/c"]),
+    ("damaged config.yaml", ["extrapolate", "--runs", "{tmp}/config-damaged", "--lengths", "16", "--out", "{out}"]),
+    ("report of tables whose sequence rows were deleted", ["report", "{tmp}/rows-deleted"]),
+    ("compare into tables whose sequence rows were deleted", ["compare", "--runs", "{run}", "--lengths", "16",
+                                                              "--out", "{tmp}/rows-deleted"]),
+    # special files (FIFOs) where a run or corpus file is expected: refused, never blocking
+    ("metrics.json is a FIFO", ["extrapolate", "--runs", "{tmp}/fifo-metrics", "--lengths", "16", "--out", "{out}"]),
+    ("config.yaml is a FIFO", ["extrapolate", "--runs", "{tmp}/fifo-config", "--lengths", "16", "--out", "{out}"]),
+    ("checkpoint.pt is a FIFO", ["extrapolate", "--runs", "{tmp}/fifo-checkpoint", "--lengths", "16", "--out", "{out}"]),
+    ("kernels of a FIFO checkpoint", ["kernels", "--runs", "{tmp}/fifo-checkpoint", "--out", "{tmp}/k"]),
+    ("train.log is a FIFO", ["train", "hydra.run.dir={tmp}/fifo-log"]),
+    ("resume from a FIFO", ["train", "resume={tmp}/fifo-checkpoint/checkpoint.pt"]),
+    ("lm corpus holding a FIFO", ["train", "task=lm", "task.corpus={tmp}/fifo-corpus", "task.pattern=*.txt"]),
 ]
 
 
@@ -169,10 +194,39 @@ def workspace(tmp_path_factory, request) -> Path:
     pd.DataFrame({"run": ["x"], "exact_match": [1.0]}).to_parquet(tmp / "foreign" / "extrapolation.parquet")
     (tmp / "damaged").mkdir()
     (tmp / "damaged" / "extrapolation.parquet").write_bytes(b"PAR1 broken")
+    for name, text in [("metrics-empty", ""), ("metrics-truncated", (tmp / "run" / METRICS_FILE).read_text()[:40]),
+                       ("metrics-list", "[1, 2]"), ("metrics-mistyped", '{"exact_match": "high", "learned": true}')]:
+        shutil.copytree(tmp / "run", tmp / name)
+        (tmp / name / METRICS_FILE).write_text(text)
+    shutil.copytree(tmp / "run", tmp / "config-damaged")
+    (tmp / "config-damaged" / CONFIG_FILE).write_text("task: [unclosed\n")
+    for name, file in [("fifo-metrics", METRICS_FILE), ("fifo-config", CONFIG_FILE), ("fifo-checkpoint", CHECKPOINT_FILE)]:
+        shutil.copytree(tmp / "run", tmp / name)
+        (tmp / name / file).unlink()
+        os.mkfifo(tmp / name / file)
+    (tmp / "fifo-log").mkdir()
+    os.mkfifo(tmp / "fifo-log" / LOG_FILE)
+    shutil.copytree(tmp / "small-corpus", tmp / "fifo-corpus")
+    os.mkfifo(tmp / "fifo-corpus" / "t0.txt.fifo.txt")
+    assert runner.invoke(app, ["compare", "--runs", str(tmp / "run"), "--lengths", "16", "--out",
+                               str(tmp / "rows-deleted")]).exit_code == 0
+    sequences = pd.read_parquet(tmp / "rows-deleted" / "sequences.parquet")
+    sequences.iloc[: len(sequences) // 2].to_parquet(tmp / "rows-deleted" / "sequences.parquet")
     (tmp / "readonly").mkdir()
     os.chmod(tmp / "readonly", 0o555)
     request.addfinalizer(lambda: os.chmod(tmp / "readonly", 0o755))
     return tmp
+
+
+HANG_SECONDS = 120
+
+
+class Hung(Exception):
+    pass
+
+
+def _hung(signum, frame):
+    raise Hung(f"no answer within {HANG_SECONDS} s")
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -189,7 +243,12 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(workspace, monkeyp
     if argv[0] == "train":
         argv = ["train", *TINY, *argv[1:]]
     before = snapshot(workspace)
-    result = runner.invoke(app, argv)
+    signal.signal(signal.SIGALRM, _hung)
+    signal.alarm(HANG_SECONDS)  # a reader blocked on a FIFO (or any hang) fails the case, not the suite
+    try:
+        result = runner.invoke(app, argv)
+    finally:
+        signal.alarm(0)
     assert result.exit_code == 2, (result.exit_code, result.output)
     stderr = result.stderr
     assert "Traceback" not in stderr, stderr

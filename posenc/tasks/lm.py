@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import ConfigError, PositionRangeError
+from posenc.files import special_file
 from posenc.tasks.base import Batch, Task
 
 #: Folders skipped in the stdlib default (installed packages and the test suites).
@@ -96,6 +97,9 @@ def load_corpus(corpus: str, pattern: str, max_bytes: int, eval_fraction: float)
     for name in sorted(names, key=lambda n: _hash_parts(n)[0]):
         if total >= max_bytes:
             break
+        kind = special_file(root / name)  # a FIFO would block the read forever
+        if kind is not None:
+            raise ConfigError(f"task.corpus: {root / name} is {kind}, not a file; move it away or narrow task.pattern")
         try:
             data = (root / name).read_bytes()[: max_bytes - total]
         except OSError as err:
