@@ -129,7 +129,8 @@ def training_bytes(model: ModelConfig, batch_size: int, length: int) -> int:
     two moments (4 copies), and the activations autograd keeps (about 16 floats per token, layer and
     residual width, plus the attention scores of one layer, if it attends)."""
     d, f = model.d_model, model.d_mlp
-    params = model.vocab_size * d + model.n_layers * (4 * d * d + 2 * d * f)
+    mixer = 4 * d * d if model.mixer == DEFAULT_MIXER else d * d  # attention: qkv and out; BaseConv: its gate
+    params = model.vocab_size * d + model.n_layers * (mixer + 2 * d * f)
     tokens = batch_size * (length + 1)
     scores = batch_size * model.n_heads * (length + 1) ** 2 if model.mixer == DEFAULT_MIXER else 0
     activations = tokens * model.n_layers * (16 * d + 2 * f) + scores

@@ -237,3 +237,13 @@ def test_a_checkpoint_recorded_before_the_mixer_key_resumes_and_a_base_conv_one_
     conv = tiny_dict("task=retrieval", "encoder=nope", "model.mixer=base_conv")
     with pytest.raises(PosencError, match="model.mixer"):
         load_training_state(tmp_path / "checkpoint.pt", {**conv, "encoder": new["encoder"]})
+
+
+def test_the_memory_bound_counts_attention_scores_only_where_a_model_attends():
+    from posenc.config import training_bytes
+
+    attention, conv = ModelConfig(vocab_size=20), ModelConfig(vocab_size=20, mixer="base_conv")
+    d, f, layers, heads = attention.d_model, attention.d_mlp, attention.n_layers, attention.n_heads
+    params = 20 * d + layers * (4 * d * d + 2 * d * f)
+    assert training_bytes(attention, 8, 63) == 4 * (4 * params + 8 * 64 * layers * (16 * d + 2 * f) + 8 * heads * 64**2)
+    assert training_bytes(conv, 8, 63) < training_bytes(attention, 8, 63)
