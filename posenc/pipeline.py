@@ -66,10 +66,13 @@ def compare_into(
     ``choices``: how the runs were chosen among candidates (``--choose``), written beside them.
 
     ``extend``: also aggregate the runs ``out``'s comparison already covers, from ``out``'s tables (their run
-    folders need not exist here: runs trained elsewhere stay in the comparison), with their ``choices``."""
+    folders need not exist here: runs trained elsewhere stay in the comparison), with their ``choices`` and at
+    the lengths it covers as well as ``lengths``."""
     with updating(out) as stage:  # a parallel command into the same folder merges, never overwrites
         if extend:
             run_ids, choices = _extended(out, run_ids, choices)
+            if lengths is not None:  # the comparison keeps its lengths and gains these
+                lengths = sorted(set(lengths) | set(_compared_lengths(out)))
         merged = merge(read_results(out), new)
         paths = write_results(stage, merged, summary=summary_markdown(merged.evaluations))
         discard(stage, f"{CHOICES_STEM}.*")  # from an earlier --choose: not this comparison's
@@ -85,6 +88,11 @@ def _compared_run_ids(out: Path) -> set[str] | None:
     if previous is None:
         return None
     return {r for cell in previous["run_ids"].dropna() for r in str(cell).split(",") if r}
+
+
+def _compared_lengths(out: Path) -> list[int]:
+    """The evaluation lengths ``out``'s comparison table covers."""
+    return sorted(int(n) for n in read_table(out, TABLE_STEM)["eval_length"].unique())
 
 
 def check_extendable(out: Path) -> set[str]:
@@ -126,7 +134,7 @@ def regenerate(out: Path, command: str) -> tuple[pd.DataFrame, list[Path], dict]
             raise PosencError(f"{out} holds no comparison (no extrapolation.parquet and comparison.parquet); "
                               "run `posenc compare --out` there first")
         run_ids = _compared_run_ids(out)
-        lengths = sorted(int(n) for n in previous["eval_length"].unique())
+        lengths = _compared_lengths(out)
         choices = read_table(out, CHOICES_STEM)
         comparison, paths, figures = _write(stage, select(results, run_ids, lengths), command, choices)
     return comparison, moved(paths, stage, out), _moved_figures(figures, stage, out)

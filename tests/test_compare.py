@@ -304,11 +304,17 @@ def test_compare_extend_keeps_runs_trained_elsewhere(trained_runs: Path, tmp_pat
     assert extended.returncode == 0, extended.stderr
     comparison = pd.read_parquet(out / "comparison.parquet")
     assert sorted(set(comparison["encoder"])) == ["learned", "rope"] and len(comparison) == 4
+    longer = posenc_cli("compare", "--runs", learned, "--lengths", "64", "--sequences", "4", "--out", str(out),
+                        "--extend", cwd=tmp_path)  # the comparison keeps 16 and 32 and gains 64
+    assert longer.returncode == 0, longer.stderr
+    comparison = pd.read_parquet(out / "comparison.parquet")
+    assert sorted(zip(comparison["encoder"], comparison["eval_length"])) == [
+        ("learned", 16), ("learned", 32), ("learned", 64), ("rope", 16), ("rope", 32)]
     assert "rope" in (out / "report.md").read_text() and "learned" in (out / "report.md").read_text()
     assert posenc_cli("runs", "--runs", learned, "--out", str(out), "--extend", cwd=tmp_path).returncode == 0
     assert sorted(pd.read_parquet(out / "training.parquet")["encoder"]) == ["learned", "rope"]
     regenerated = posenc_cli("report", str(out), cwd=tmp_path)
-    assert regenerated.returncode == 0 and len(pd.read_parquet(out / "comparison.parquet")) == 4
+    assert regenerated.returncode == 0 and len(pd.read_parquet(out / "comparison.parquet")) == 5
 
     alone = posenc_cli("compare", "--runs", learned, *args, cwd=tmp_path)  # no --extend: these runs only
     assert alone.returncode == 0 and set(pd.read_parquet(out / "comparison.parquet")["encoder"]) == {"learned"}
