@@ -107,12 +107,12 @@ def test_extrapolate_skips_what_is_done(tmp_path, always_learns):
     assert nothing.evaluations.empty and nothing.sequences.empty
 
 
-def test_xpos_past_float32_range_gives_a_nan_row_with_a_note(tmp_path, always_learns):
-    learned_run(tmp_path / "run", "encoder=xpos")  # train length 16: scale_base 8, head dim 8
+def test_xpos_is_evaluated_past_float32s_range_of_its_centred_factors(tmp_path, always_learns):
+    learned_run(tmp_path / "run", "encoder=xpos")  # train length 16: scale_base 8, head dim 8: centred to 767
     results, _ = extrapolate([tmp_path / "run"], [16, 4096], sequences=2, device="cpu", progress=False)
     row = results.evaluations.set_index("eval_length").loc[4096]
-    assert math.isnan(row["exact_match"]) and "xpos decay factors leave float32's range" in row["note"]
-    assert set(results.sequences["eval_length"]) == {16}
+    assert math.isfinite(row["loss"]) and 0 <= row["exact_match"] <= 1 and row["note"] == ""
+    assert set(results.sequences["eval_length"]) == {16, 4096}
 
 
 def test_rope_method_options_change_results_and_name_their_rows(tmp_path, always_learns):

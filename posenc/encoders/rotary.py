@@ -9,8 +9,8 @@ import torch
 from torch import Tensor
 
 from posenc import functional as F
-from posenc.encoders.base import AttentionShape, PositionalEncoder
-from posenc.errors import ConfigError, PositionRangeError
+from posenc.encoders.base import AttentionShape, DataBias, PositionalEncoder
+from posenc.errors import ConfigError
 from posenc.functional.rope_scaling_spec import RopeScaling
 
 
@@ -237,16 +237,38 @@ class PRoPE(RotaryEncoder):
 
 
 class XPos(RotaryEncoder):
-    """Extrapolatable position embedding (Sun et al. 2023): RoPE with a per-pair exponential decay.
+    """Extrapolatable position embedding (Sun et al. 2023, "A Length-Extrapolatable Transformer", ACL):
+    RoPE with a per-pair exponential decay, at every length posenc takes.
+
+    The score of query ``m`` and key ``n`` is RoPE's, each pair ``j`` weighted by
+    ``zeta_j**((m - n)/scale_base)``, ``zeta_j = (2j/head_dim + gamma)/(1 + gamma)`` (eq. 11). As in the
+    authors' reference code (torchscale ``XPOS``: ``scale = (arange(0, d, 2) + 0.4 d)/(1.4 d)``, i.e.
+    ``zeta_j`` with ``gamma = 0.4``; ``scale_base`` 512; RoPE's ``10000**(-2j/d)`` on interleaved pairs),
+    queries are multiplied by ``zeta**(pos/scale_base)`` and keys by its inverse (torchscale's
+    ``downscale=True`` for keys), the positions centred on the middle of the sequence (torchscale's
+    ``min_pos = -(length + offset) // 2``; its incremental-decoding ``offset`` keeps that common centre for
+    the last query). Centring is a common shift of ``m`` and ``n``, so the scores are exactly those of the
+    relative distance; only the range of the factors depends on it.
+
+    Over ``s`` positions those factors reach ``zeta_min**(±(s-1)/(2 scale_base))``, which leaves float32's
+    range past a few thousand tokens at a small ``scale_base`` (torchscale computes them in float32 too, and
+    the paper evaluates long inputs with blockwise attention). Up to ``MAX_LOG_SCALE`` this encoder rotates
+    as the reference does (fused attention, unchanged numbers). Past it, ``rotate`` returns queries with
+    RoPE's rotation only and keys with the decay seen from the last position
+    (:func:`posenc.functional.xpos_last_rotations`: exact for the last query, all factors at most 1), and
+    :meth:`data_bias` adds, block by block of queries, the difference to xPos's score computed from the
+    relative distance (:func:`posenc.functional.xpos_relative_scores`), so attention sees
+    ``sum_j Re(q_j conj(k_j)) zeta_j**((m-n)/scale_base)`` at any length; far pairs decay to exactly 0 in
+    float32, as the decay itself does.
 
     ``scale_base`` defaults to half the training length: the paper trains at 1024 tokens with the reference
     code's ``scale_base = 512``, so the decay over the training window is the paper's (pass 512 for the
-    paper's value). The factors ``zeta**(±pos/scale_base)`` (positions centred) leave float32's range far
-    past the training length; lengths where they would exceed ``MAX_LOG_SCALE`` are refused by
-    :meth:`check_positions` (a NaN row with a note in evaluation), where the paper uses blockwise attention.
+    paper's value).
     """
 
-    MAX_LOG_SCALE = 60.0  # largest |log| of a decay factor evaluated: e**60 ~ 1e26 keeps q.k inside float32
+    #: Largest |log| of a centred decay factor (e**60 ~ 1e26 keeps q.k inside float32): past it, the relative
+    #: path (``rotate`` + :meth:`data_bias`).
+    MAX_LOG_SCALE = 60.0
 
     description = "RoPE with per-dimension exponential decay (Sun et al. 2023)"
     key = "xpos"
@@ -267,17 +289,87 @@ class XPos(RotaryEncoder):
             raise ConfigError(f"xpos needs gamma > 0 and scale_base > 0, got {gamma}, {scale_base}")
         self.gamma = gamma
         self.scale_base = scale_base
+        self._log_zeta_min = -math.log(float(F.xpos_zeta(shape.head_dim, gamma).min()))
+        # positions tensor -> its span (max - min), computed once per tensor (the model reuses one per length)
+        self._spans: dict[int, tuple[Tensor, float]] = {}
 
-    def check_positions(self, length: int) -> None:
-        super().check_positions(length)
-        zeta_min = float(F.xpos_zeta(self.shape.head_dim, self.gamma).min())
-        if (length - 1) / 2 / self.scale_base * -math.log(zeta_min) > self.MAX_LOG_SCALE:
-            longest = int(2 * self.MAX_LOG_SCALE * self.scale_base / -math.log(zeta_min)) + 1
-            raise PositionRangeError(
-                f"xpos decay factors leave float32's range past {longest} tokens (scale_base "
-                f"{self.scale_base:g}); the paper uses blockwise attention there"
-            )
+    def centred_fits(self, span: float) -> bool:
+        """Whether positions spanning ``span`` keep the centred factors within ``e**±MAX_LOG_SCALE``."""
+        return span / 2 / self.scale_base * self._log_zeta_min <= self.MAX_LOG_SCALE
+
+    def relative(self, positions: Tensor) -> bool:
+        """Whether ``positions`` take the relative path (centred factors past ``e**MAX_LOG_SCALE``)."""
+        if torch.compiler.is_compiling():  # a compiled model's positions are its 0..s-1
+            return not self.centred_fits(positions.shape[0] - 1)
+        hit = self._spans.get(id(positions))
+        if hit is None or hit[0] is not positions:
+            span = float(positions.max() - positions.min()) if positions.numel() else 0.0
+            if len(self._spans) >= 8:
+                self._spans.pop(next(iter(self._spans)))
+            hit = self._spans[id(positions)] = (positions, span)  # holding `positions` keeps its id unique
+        return not self.centred_fits(hit[1])
 
     def rotations(self, positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """RoPE rotations at ``inv_freq`` (scaled, if a scaling is set) times xPos's unchanged decay."""
-        return F.xpos_rotations(positions, inv_freq, self.shape.head_dim, self.gamma, self.scale_base, dtype)
+        """RoPE rotations at ``inv_freq`` (scaled, if a scaling is set) times xPos's unchanged decay: centred
+        factors, or on the relative path the factors seen from the last position."""
+        rotations = F.xpos_last_rotations if self.relative(positions) else F.xpos_rotations
+        return rotations(positions, inv_freq, self.shape.head_dim, self.gamma, self.scale_base, dtype)
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        if not self.relative(positions):
+            return super().rotate(q, k, positions)
+        # RoPE's rotation; RoPE times the decay seen from the last position
+        rq, rk = self.rotation_tables(positions, q.shape[-2], _complex_dtype(q))
+        q_rot, k_seen = F.apply_rotation(q, rq), F.apply_rotation(k, rk)
+        # what data_bias needs and the attention's q . k lacks: the keys with RoPE's rotation only
+        k_seen.__dict__["_xpos_relative"] = (F.apply_rotation(k, rq), positions)
+        return q_rot, k_seen
+
+    def data_bias(self, x: Tensor, q: Tensor, k: Tensor) -> DataBias | None:
+        """On the relative path (``k`` from :meth:`rotate` past ``MAX_LOG_SCALE``): ``(start, stop) ->``
+        xPos's score of those queries minus the ``q . k`` attention computes, times attention's
+        ``1/sqrt(head_dim)``; else None (fused attention on the centred factors).
+
+        As :func:`posenc.functional.xpos_relative_scores` computes it (queries by windows of positions, each
+        scored against its window's end), in one matmul per window: ``[q*decay, q] . [k*decay, -k_seen]``,
+        the keys' side built once per window (attention asks for its query blocks in order) and reused by
+        every block of queries in it.
+        """
+        carried = k.__dict__.get("_xpos_relative")
+        if carried is None:
+            return None
+        keys, positions = carried  # keys with RoPE only [b, n_h, s, h_d]; positions [s]
+        positions = positions.to(torch.float64)  # distances to a window's end, exactly
+        head_dim, scale = q.shape[-1], 1.0 / math.sqrt(q.shape[-1])  # scaled_dot_product_attention's default
+        origin = float(positions.min())
+        window, width = F.xpos_windows(positions, origin, head_dim, self.gamma, self.scale_base)
+        both_keys: dict[int, Tensor] = {}  # window -> [b, n_h, 2 h_d, s]: its decayed keys and -k_seen
+
+        def keys_for(w: int) -> Tensor:
+            if w not in both_keys:
+                both_keys.clear()  # one window at a time: memory of two k's
+                centre = origin + (w + 1) * width
+                decay = F.xpos_decay((centre - positions).clamp(min=0), head_dim, self.gamma, self.scale_base)
+                both = torch.cat((keys * decay.to(keys.dtype), -k), dim=-1)  # [b, n_h, s, 2 h_d]
+                both_keys[w] = both.transpose(-1, -2).contiguous()
+            return both_keys[w]
+
+        def bias(start: int, stop: int) -> Tensor:
+            windows = window[start:stop]
+            present = torch.unique(windows).tolist()
+            out = None if len(present) == 1 else q.new_empty((*q.shape[:-2], stop - start, stop))
+            for w in present:
+                rows = torch.arange(start, stop, device=q.device)
+                if out is not None:
+                    rows = rows[windows == w]
+                centre = origin + (w + 1) * width
+                decay = F.xpos_decay(positions[rows] - centre, head_dim, self.gamma, self.scale_base)
+                mine = q.index_select(-2, rows)
+                both = torch.cat((mine * (decay * scale).to(q.dtype), mine * scale), dim=-1)  # [.., r, 2 h_d]
+                scored = both @ keys_for(w)[..., :stop]
+                if out is None:
+                    return scored
+                out.index_copy_(-2, rows - start, scored)
+            return out
+
+        return bias

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -22,6 +24,11 @@ __all__ = [
     "xpos_zeta",
     "apply_xpos",
     "xpos_rotations",
+    "xpos_last_rotations",
+    "XPOS_QUERY_LOG_SCALE",
+    "xpos_decay",
+    "xpos_windows",
+    "xpos_relative_scores",
     "roformer_bound",
     "relative_bound",
 ]
@@ -175,7 +182,10 @@ def apply_xpos(
     multiplied by ``zeta_j**(m/scale_base)`` and of the key at ``n`` by ``zeta_j**(-n/scale_base)``, so
     each pair's contribution to ``q_m . k_n`` carries ``zeta_j**((m-n)/scale_base)``, which decays with
     distance. Positions are centred on the middle of ``positions`` before scaling (as in the authors'
-    torchscale code) to keep both factors near 1; the score is unchanged by that offset.
+    torchscale code) to keep both factors near 1; the score is unchanged by that offset. The factors still
+    reach ``zeta_min**(±span/(2 scale_base))`` over a span of positions and leave float32's range once that
+    exponent passes about 88 (float64's: about 709); :func:`xpos_relative_scores` gives the same scores at
+    any length.
 
     Args:
         q: ``[..., seq, head_dim]`` queries.
@@ -213,6 +223,122 @@ def xpos_rotations(
     scale = zeta[None, :] ** power[:, None]  # [s, h_d/2]
     rotation = rope_rotation(positions, inv_freq, torch.complex128)
     return (rotation * scale).to(dtype), (rotation / scale).to(dtype)
+
+
+def xpos_last_rotations(
+    positions: Tensor,
+    inv_freq: Tensor,
+    head_dim: int,
+    gamma: float = XPOS_GAMMA,
+    scale_base: float = XPOS_SCALE_BASE,
+    dtype: torch.dtype = torch.complex64,
+) -> tuple[Tensor, Tensor]:
+    """xPos's factors centred on the last position ``c = max(positions)``: the query's decay is 1 there.
+
+    ``(rotation, rotation * zeta**((c - n)/scale_base))``: the score ``q_c . k_n`` of the query at ``c`` is
+    xPos's (the query factor ``zeta**((c - c)/scale_base)`` is 1), and every key factor is at most 1, so the
+    tables are finite at any length (far keys' factors underflow to 0 as the decay itself does). A query at
+    ``m < c`` would need ``zeta**((m - c)/scale_base)``, which overflows far from ``c``; its scores are
+    :func:`xpos_relative_scores`'s.
+
+    Returns:
+        ``(query, key)`` factors, each ``[seq, head_dim // 2]`` complex.
+    """
+    pos = positions.to(torch.float64)
+    last = pos.max() if pos.numel() else pos.sum()
+    log_zeta = xpos_zeta(head_dim, gamma).to(pos.device).log()  # [h_d/2], < 0
+    decay = torch.exp(((last - pos) / scale_base)[:, None] * log_zeta[None, :])  # [s, h_d/2], in [0, 1]
+    rotation = rope_rotation(positions, inv_freq, torch.complex128)
+    return rotation.to(dtype), (rotation * decay).to(dtype)
+
+
+#: Largest log of a query factor in :func:`xpos_relative_scores` (e**30 ~ 1e13): each query is scored against
+#: the end of its window of positions (:func:`xpos_windows`), which is never more than this decay away.
+XPOS_QUERY_LOG_SCALE = 30.0
+
+
+def xpos_decay(
+    distance: Tensor, head_dim: int, gamma: float = XPOS_GAMMA, scale_base: float = XPOS_SCALE_BASE
+) -> Tensor:
+    """xPos's decay ``zeta_j**(distance/scale_base)`` of each dimension pair (Sun et al. 2023, eq. 11),
+    computed as ``exp(distance/scale_base * log(zeta_j))`` in float64: a large distance underflows to 0
+    rather than overflowing anywhere.
+
+    Args:
+        distance: ``[...]`` distances (``m - n`` for a query at ``m`` and a key at ``n``), any real dtype.
+        head_dim: per-head dimension (even).
+
+    Returns:
+        ``[..., head_dim]`` float64 on ``distance``'s device, pair ``j``'s factor on dimensions ``2j`` and
+        ``2j+1`` (RoFormer layout), ready to multiply queries or keys.
+    """
+    log_zeta = xpos_zeta(head_dim, gamma).log().repeat_interleave(2).to(distance.device)  # [h_d], < 0
+    return torch.exp((distance.to(torch.float64) / scale_base)[..., None] * log_zeta)
+
+
+def xpos_windows(positions: Tensor, origin: float, head_dim: int, gamma: float = XPOS_GAMMA,
+                 scale_base: float = XPOS_SCALE_BASE) -> tuple[Tensor, float]:
+    """The window of each query position in :func:`xpos_relative_scores`: ``(index [s] long, width)``.
+
+    Windows are ``width`` positions long from ``origin`` (window ``w`` covers ``[origin + w width,
+    origin + (w+1) width)``), with ``width`` such that
+    ``zeta_min**(-width/scale_base) = e**XPOS_QUERY_LOG_SCALE``: a query is scored against its window's end
+    ``origin + (w+1) width``, at most that far away.
+    """
+    width = XPOS_QUERY_LOG_SCALE * scale_base / -math.log(float(xpos_zeta(head_dim, gamma).min()))
+    return torch.floor((positions.to(torch.float64) - origin) / width).long(), width
+
+
+def xpos_relative_scores(
+    q: Tensor,
+    k: Tensor,
+    q_positions: Tensor,
+    k_positions: Tensor,
+    gamma: float = XPOS_GAMMA,
+    scale_base: float = XPOS_SCALE_BASE,
+) -> Tensor:
+    """xPos's scores ``q_m . k_n`` from the relative distance, finite at any length (Sun et al. 2023, eq. 11).
+
+    ``q`` and ``k`` are already RoPE-rotated (:func:`apply_rope`, or :func:`apply_rotation` with a scaled
+    table); the result is ``sum_j Re(q_mj conj(k_nj)) zeta_j**((m - n)/scale_base)``, the score of
+    :func:`apply_xpos`'s queries and keys. That factorisation multiplies queries by ``zeta**(m'/scale_base)``
+    and keys by ``zeta**(-n'/scale_base)`` for positions ``m', n'`` centred on one point for the whole
+    sequence, which leaves float32's range on long sequences. Here the common point moves instead: queries
+    are taken by windows of positions (:func:`xpos_windows`, from the smallest query position), and for each
+    window the centre is its end ``c``, so its queries' factors ``zeta**((m - c)/scale_base)`` stay below
+    ``e**XPOS_QUERY_LOG_SCALE`` and the keys' ``zeta**((c - n)/scale_base)`` are at most 1; their product is
+    ``zeta**((m - n)/scale_base)`` whatever ``c`` is. Far keys' factors underflow to 0, as the decay itself
+    does (no inf, no NaN).
+
+    Args:
+        q: ``[..., s_q, head_dim]`` rotated queries.
+        k: ``[..., s_k, head_dim]`` rotated keys.
+        q_positions: ``[s_q]``; k_positions: ``[s_k]`` (integer or floating point).
+        gamma: zeta offset; 0.4 in the paper.
+        scale_base: decay length scale; 512 in the paper.
+
+    Returns:
+        ``[..., s_q, s_k]`` in ``q``'s dtype. Only entries whose key is not after its query
+        (``k_position <= q_position``, what causal attention keeps) are xPos's score; the others are finite
+        but unspecified (a key after its query's window has its factor capped at 1).
+    """
+    head_dim = q.shape[-1]
+    q_pos = q_positions.to(device=q.device, dtype=torch.float64)
+    k_pos = k_positions.to(device=q.device, dtype=torch.float64)
+    out = q.new_empty((*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
+    if q_pos.numel() == 0:
+        return out
+    origin = float(q_pos.min())
+    window, width = xpos_windows(q_pos, origin, head_dim, gamma, scale_base)
+    for w in torch.unique(window).tolist():
+        rows = (window == w).nonzero().squeeze(1)
+        centre = origin + (w + 1) * width
+        q_decay = xpos_decay(q_pos[rows] - centre, head_dim, gamma, scale_base)  # in [1, e**30]
+        k_decay = xpos_decay((centre - k_pos).clamp(min=0), head_dim, gamma, scale_base)  # in [0, 1]
+        scaled_q, scaled_k = q.index_select(-2, rows) * q_decay.to(q.dtype), k * k_decay.to(k.dtype)
+        scored = scaled_q @ scaled_k.transpose(-1, -2)
+        out.index_copy_(-2, rows, scored.expand(*out.shape[:-2], len(rows), out.shape[-1]))
+    return out
 
 
 def roformer_bound(distances: Tensor, inv_freq: Tensor) -> Tensor:

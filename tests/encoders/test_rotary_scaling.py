@@ -7,7 +7,7 @@ import torch
 
 from posenc import functional as F
 from posenc.encoders import AttentionShape, RotaryEncoder, build_encoder
-from posenc.errors import ConfigError, PositionRangeError
+from posenc.errors import ConfigError
 from posenc.functional.rope_scaling import ROPE_SCALING
 from posenc.functional.rope_scaling_spec import RopeScaling
 from posenc.model import ModelConfig, Transformer
@@ -118,7 +118,7 @@ def test_xpos_scale_base_defaults_to_half_the_training_length():
         build_encoder("xpos", SHAPE, 64, {"scale_base": "long"})
 
 
-def test_xpos_refuses_lengths_whose_decay_factors_leave_float32():
+def test_xpos_centred_factors_stay_in_float32_and_longer_sequences_take_the_relative_path():
     encoder = build_encoder("xpos", SHAPE, TRAIN)  # head_dim 16, gamma 0.4, scale_base 8
     zeta_min = (0.4) / 1.4
     longest = int(2 * 60 * 8 / -math.log(zeta_min)) + 1
@@ -126,12 +126,11 @@ def test_xpos_refuses_lengths_whose_decay_factors_leave_float32():
     for length, ok in ((longest, True), (longest + 1, False)):
         rq, rk = F.xpos_rotations(torch.arange(length), encoder.inv_freq, 16, 0.4, 8.0, torch.complex128)
         biggest = max(rq.abs().max().item(), rk.abs().max().item())
-        assert (math.log(biggest) <= encoder.MAX_LOG_SCALE) is ok  # what the check is about
-    encoder.check_positions(longest)
-    with pytest.raises(PositionRangeError, match="xpos decay factors leave float32's range past 767 tokens "
-                                                 "\\(scale_base 8\\)"):
-        encoder.check_positions(longest + 1)
-    build_encoder("xpos", SHAPE, TRAIN, {"scale_base": 512}).check_positions(8192)  # the paper's value: fine
+        assert (math.log(biggest) <= encoder.MAX_LOG_SCALE) is ok  # where the centred factors stop
+        assert encoder.relative(torch.arange(length)) is not ok  # ... the relative path takes over
+        rq, rk = encoder.rotation_tables(torch.arange(length), length, torch.complex64)
+        assert max(rq.abs().max(), rk.abs().max()) < math.exp(encoder.MAX_LOG_SCALE)
+    encoder.check_positions(8192)  # no length is refused (tests/encoders/test_xpos.py: exact at any length)
 
 
 def test_setting_a_scaling_clears_the_table_cache():

@@ -1,0 +1,168 @@
+"""The xpos encoder at every length: the centred factors up to MAX_LOG_SCALE, the relative path past it
+(rotate + data_bias), through the model's attention, against float64 references of the formula."""
+
+import math
+import time
+
+import pytest
+import torch
+
+from posenc import functional as F
+from posenc.attention import CausalAttention
+from posenc.encoders import AttentionShape, build_encoder
+from posenc.encoders.base import MAX_LENGTH
+from posenc.model import ModelConfig, Transformer
+
+SHAPE = AttentionShape(d_model=32, n_heads=2)  # head_dim 16
+TRAIN = 32  # scale_base 16, the headline's: centred factors fit up to 1533 tokens
+
+
+def qk(length: int, shape: AttentionShape = SHAPE, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries and keys ``[1, n_heads, length, head_dim]``."""
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, shape.n_heads, length, shape.head_dim, generator=g) for _ in range(2))
+
+
+def attention_scores(encoder, q, k, positions, start: int, stop: int) -> torch.Tensor:
+    """The scores attention uses for queries ``start:stop`` against keys ``:stop``, undoing SDPA's
+    ``1/sqrt(head_dim)``: ``rotate``'s ``q . k`` plus ``data_bias`` where the encoder gives one."""
+    qr, kr = encoder.rotate(q, k, positions)
+    scale = 1 / math.sqrt(q.shape[-1])
+    scores = qr[..., start:stop, :] @ kr[..., :stop, :].transpose(-1, -2) * scale
+    bias = encoder.data_bias(None, qr, kr)
+    if bias is not None:
+        scores = scores + bias(start, stop)
+    return scores / scale
+
+
+def reference(q, k, positions, start: int, stop: int, scale_base: float, absolute: bool = False):
+    """float64 xPos scores of queries ``start:stop`` against keys ``:stop``: RoPE pairs weighted by
+    ``zeta**((m-n)/scale_base)`` from the distance, or (``absolute``) the old factorisation, queries times
+    ``zeta**(m/scale_base)`` and keys times ``zeta**(-n/scale_base)`` from absolute positions."""
+    d = q.shape[-1]
+    inv = F.rope_inv_freq(d, dtype=torch.float64)
+    rq = F.apply_rope(q.double()[..., start:stop, :], positions[start:stop], inv)
+    rk = F.apply_rope(k.double()[..., :stop, :], positions[:stop], inv)
+    zeta = F.xpos_zeta(d, 0.4)
+    if absolute:
+        power = positions.double() / scale_base
+        factor = (zeta[None, :] ** power[:, None]).repeat_interleave(2, dim=-1)  # [s, d]
+        return (rq * factor[start:stop]) @ (rk / factor[:stop]).transpose(-1, -2)
+    distance = (positions[start:stop, None] - positions[None, :stop]).double().clamp(min=0) / scale_base
+    out = 0
+    for j in range(d // 2):
+        pair = rq[..., 2 * j : 2 * j + 2] @ rk[..., 2 * j : 2 * j + 2].transpose(-1, -2)
+        out = out + pair * torch.exp(distance * math.log(zeta[j]))
+    return out
+
+
+def causal(start: int, stop: int) -> torch.Tensor:
+    return torch.arange(stop)[None, :] <= torch.arange(start, stop)[:, None]
+
+
+def relative_everywhere(shape: AttentionShape = SHAPE, train: int = TRAIN):
+    """An xpos encoder that takes the relative path at every length (MAX_LOG_SCALE 0)."""
+    encoder = build_encoder("xpos", shape, train)
+    encoder.MAX_LOG_SCALE = 0.0
+    return encoder
+
+
+def test_the_path_changes_where_the_centred_factors_would_leave_float32():
+    encoder = build_encoder("xpos", SHAPE, TRAIN)
+    longest = int(2 * encoder.MAX_LOG_SCALE * 16 / -math.log(0.4 / 1.4)) + 1
+    assert longest == 1533  # the old refusal: past this, `posenc extrapolate` wrote NaN rows
+    assert not encoder.relative(torch.arange(longest)) and encoder.relative(torch.arange(longest + 1))
+    encoder.check_positions(MAX_LENGTH)  # no refusal any more
+    q, k = qk(longest)
+    assert encoder.data_bias(None, *encoder.rotate(q, k, torch.arange(longest))) is None  # fused attention
+
+
+@pytest.mark.parametrize("make", [lambda: build_encoder("xpos", SHAPE, TRAIN), relative_everywhere],
+                         ids=["centred", "relative"])
+def test_scores_equal_the_absolute_formula_at_short_lengths(make):
+    """(a) Where the old factorisation from absolute positions is finite (700 tokens at scale_base 16:
+    factors up to e**55), both paths give its scores to float32 accuracy."""
+    encoder, length = make(), 700
+    q, k = qk(length)
+    positions = torch.arange(length)
+    want = reference(q, k, positions, 0, length, 16.0, absolute=True)
+    assert torch.isfinite(want).all()
+    got = attention_scores(encoder, q, k, positions, 0, length)
+    mask = causal(0, length)
+    torch.testing.assert_close(got[..., mask].double(), want[..., mask], atol=2e-5, rtol=1e-5)
+
+
+def test_attention_is_finite_and_exact_at_8192_tokens():
+    """(b) At 8192 tokens (scale_base 16), the scores attention sees equal the float64 formula of the
+    distance, every bias entry is finite, and so is the attention output, which matches a float64 softmax."""
+    encoder, length = build_encoder("xpos", SHAPE, TRAIN), 8192
+    q, k = qk(length)
+    v = torch.randn(1, 2, length, 16, generator=torch.Generator().manual_seed(1))
+    positions = torch.arange(length)
+    assert encoder.relative(positions)
+    qr, kr = encoder.rotate(q, k, positions)
+    bias = encoder.data_bias(None, qr, kr)
+    out = CausalAttention()(qr, kr, v, positions, encoder, data_bias=bias)
+    assert torch.isfinite(out).all()
+    for start in (0, 4096, length - 64):
+        stop = start + 64
+        assert torch.isfinite(bias(start, stop)).all()
+        got = attention_scores(encoder, q, k, positions, start, stop)
+        want = reference(q, k, positions, start, stop, 16.0)
+        mask = causal(start, stop)
+        torch.testing.assert_close(got[..., mask].double(), want[..., mask], atol=1e-5, rtol=1e-5)
+        weights = (want / 4).masked_fill(~mask, -math.inf).softmax(-1)  # SDPA's 1/sqrt(16)
+        torch.testing.assert_close(out[..., start:stop, :].double(), weights @ v[..., :stop, :].double(),
+                                   atol=1e-5, rtol=1e-5)
+    # rotate alone scores the last query exactly (what `posenc kernels` reads), every factor at most 1
+    last = qr[..., -1:, :] @ kr.transpose(-1, -2)
+    torch.testing.assert_close(last.double(), reference(q, k, positions, length - 1, length, 16.0),
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_scores_are_finite_and_exact_at_posencs_longest_sequence():
+    """(b) At MAX_LENGTH tokens (2**20): rotate's output and the biases of a few query blocks are finite, and
+    the scores equal the float64 formula."""
+    shape, length = AttentionShape(d_model=4, n_heads=1), MAX_LENGTH  # head_dim 4: 16 MiB per tensor
+    encoder = build_encoder("xpos", shape, TRAIN)
+    q, k = qk(length, shape)
+    positions = torch.arange(length)
+    qr, kr = encoder.rotate(q, k, positions)
+    assert torch.isfinite(qr).all() and torch.isfinite(kr).all()
+    bias = encoder.data_bias(None, qr, kr)
+    for start in (0, length // 2, length - 4):
+        stop = start + 4
+        assert torch.isfinite(bias(start, stop)).all()
+        got = attention_scores(encoder, q, k, positions, start, stop)
+        want = reference(q, k, positions, start, stop, 16.0)
+        mask = causal(start, stop)
+        torch.testing.assert_close(got[..., mask].double(), want[..., mask], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("length", [300, 4096])
+def test_scores_are_unchanged_by_shifting_every_position(length):
+    """(c) The scores depend on the distance only: positions shifted by one constant give the same ones, on
+    the centred path (300) and the relative one (4096)."""
+    encoder = build_encoder("xpos", SHAPE, TRAIN)
+    q, k = qk(length)
+    start = length - 64
+    base = attention_scores(encoder, q, k, torch.arange(length), start, length)
+    mask = causal(start, length)
+    for shift in (1, 1000, 200_000):
+        shifted = attention_scores(encoder, q, k, torch.arange(length) + shift, start, length)
+        assert torch.isfinite(shifted).all()
+        torch.testing.assert_close(shifted[..., mask], base[..., mask], atol=1e-4, rtol=1e-4)
+
+
+def test_a_model_forward_at_8192_tokens_is_finite():
+    """The model as evaluation runs it: untrained xpos at 8192 tokens (scale_base 16) gives finite logits; the
+    time is printed (pytest -s) for the record."""
+    cfg = ModelConfig(vocab_size=18, d_model=32, n_heads=2, n_layers=1, d_mlp=64)
+    torch.manual_seed(0)
+    model = Transformer(cfg, build_encoder("xpos", cfg.shape, TRAIN), attend=CausalAttention()).eval()
+    tokens = torch.randint(0, 18, (1, 8192), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        begin = time.perf_counter()
+        logits = model(tokens)
+    print(f"xpos forward at 8192 tokens: {time.perf_counter() - begin:.2f} s")
+    assert torch.isfinite(logits).all()

@@ -1,0 +1,128 @@
+"""posenc.functional's xPos at any length: xpos_relative_scores and xpos_last_rotations against float64
+references built from the formula itself (Sun et al. 2023, eq. 11)."""
+
+import math
+
+import pytest
+import torch
+
+from posenc import functional as F
+from posenc.encoders.base import MAX_LENGTH
+
+
+def rotated(length: int, head_dim: int, positions: torch.Tensor, seed: int = 0, dtype=torch.float32):
+    """RoPE-rotated queries and keys ``[2, length, head_dim]`` at ``positions``, in ``dtype``."""
+    g = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(2, length, head_dim, generator=g, dtype=torch.float64) for _ in range(2))
+    inv = F.rope_inv_freq(head_dim, dtype=torch.float64)
+    return F.apply_rope(q, positions, inv).to(dtype), F.apply_rope(k, positions, inv).to(dtype)
+
+
+def relative_reference(q, k, q_pos, k_pos, gamma, scale_base):
+    """float64 ``sum_j Re(q_j conj k_j) zeta_j**((m-n)/scale_base)``, the decay from the distance alone;
+    entries with the key after the query are left at 0 (only causal entries are compared)."""
+    q, k = q.double(), k.double()
+    zeta = F.xpos_zeta(q.shape[-1], gamma)
+    distance = (q_pos.double()[:, None] - k_pos.double()[None, :]).clamp(min=0) / scale_base
+    out = 0
+    for j in range(q.shape[-1] // 2):
+        pair = q[..., 2 * j : 2 * j + 2] @ k[..., 2 * j : 2 * j + 2].transpose(-1, -2)
+        out = out + pair * torch.exp(distance * math.log(zeta[j]))
+    return out
+
+
+def absolute_reference(q, k, positions, gamma, scale_base):
+    """float64 scores of the factorisation from absolute positions: queries times ``zeta**(m/scale_base)``,
+    keys times ``zeta**(-n/scale_base)`` (finite at short lengths only)."""
+    power = positions.double() / scale_base
+    scale = (F.xpos_zeta(q.shape[-1], gamma)[None, :] ** power[:, None]).repeat_interleave(2, dim=-1)
+    return (q.double() * scale) @ (k.double() / scale).transpose(-1, -2)
+
+
+def causal(length_q: int, length_k: int, offset: int = 0) -> torch.Tensor:
+    """``[length_q, length_k]`` mask of query ``offset + i`` against key ``j <= offset + i``."""
+    return torch.arange(length_k)[None, :] <= torch.arange(offset, offset + length_q)[:, None]
+
+
+@pytest.mark.parametrize("scale_base", [8.0, 512.0])
+def test_relative_scores_equal_the_absolute_formula_at_short_lengths(scale_base):
+    """(a) Where zeta**(±n/scale_base) from absolute positions is finite (300 tokens at scale_base 8: factors
+    up to e**47), the relative computation gives its scores to float32 accuracy."""
+    length, d = 300, 16
+    positions = torch.arange(length)
+    q, k = rotated(length, d, positions)
+    want = absolute_reference(q, k, positions, 0.4, scale_base)
+    assert torch.isfinite(want).all()
+    got = F.xpos_relative_scores(q, k, positions, positions, 0.4, scale_base)
+    assert got.dtype == torch.float32 and got.shape == (2, length, length)
+    mask = causal(length, length)
+    torch.testing.assert_close(got[:, mask].double(), want[:, mask], atol=2e-5, rtol=1e-5)
+    # and the same as the centred factorisation (apply_xpos's tables: the decay is their modulus)
+    rq, rk = F.xpos_rotations(positions, F.rope_inv_freq(d), d, 0.4, scale_base, torch.complex128)
+    decay_q, decay_k = (r.abs().repeat_interleave(2, dim=-1) for r in (rq, rk))
+    centred = (q.double() * decay_q) @ (k.double() * decay_k).transpose(-1, -2)
+    torch.testing.assert_close(centred[:, mask], want[:, mask])
+
+
+@pytest.mark.parametrize("length", [8192, MAX_LENGTH])
+def test_relative_scores_are_finite_and_exact_at_long_lengths(length):
+    """(b) At 8192 tokens and posenc's longest sequence, with scale_base 16 (the headline's L = 32), every
+    score is finite and equals the float64 formula of the distance; the far ones underflow to 0."""
+    d, n = (8, 16) if length == 8192 else (4, 4)
+    positions = torch.arange(length)
+    q, k = rotated(length, d, positions)
+    for start in (0, length // 2, length - n):
+        rows = slice(start, start + n)
+        got = F.xpos_relative_scores(q[:, rows], k, positions[rows], positions, 0.4, 16.0)
+        assert torch.isfinite(got).all()  # every entry, the unspecified future ones included
+        want = relative_reference(q[:, rows], k, positions[rows], positions, 0.4, 16.0)
+        mask = causal(n, length, start)
+        torch.testing.assert_close(got[:, mask].double(), want[:, mask], atol=1e-5, rtol=1e-5)
+    assert got[:, :, 0].abs().max() < 1e-30  # the first key, a whole sequence away: decayed to (almost) 0
+
+
+@pytest.mark.parametrize("length", [8192, MAX_LENGTH])
+def test_last_rotations_are_finite_and_exact_for_the_last_query(length):
+    """(b) xpos_last_rotations' tables are finite at any length, every factor at most 1, and score the last
+    query exactly (what `posenc kernels` reads)."""
+    d = 8
+    positions = torch.arange(length)
+    rq, rk = F.xpos_last_rotations(positions, F.rope_inv_freq(d), d, 0.4, 16.0)
+    assert torch.isfinite(torch.view_as_real(rq)).all() and torch.isfinite(torch.view_as_real(rk)).all()
+    assert rq.abs().max() <= 1 + 1e-6 and rk.abs().max() <= 1 + 1e-6
+    g = torch.Generator().manual_seed(3)
+    q, k = torch.randn(1, d, generator=g), torch.randn(length, d, generator=g)
+    got = F.apply_rotation(q, rq[-1:]) @ F.apply_rotation(k, rk).T  # [1, length]
+    inv = F.rope_inv_freq(d, dtype=torch.float64)
+    rotated_q = F.apply_rope(q.double(), positions[-1:], inv)
+    rotated_k = F.apply_rope(k.double(), positions, inv)
+    want = relative_reference(rotated_q, rotated_k, positions[-1:], positions, 0.4, 16.0)
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("length", [300, 8192])
+def test_relative_scores_are_unchanged_by_shifting_every_position(length):
+    """(c) Shifting queries' and keys' positions by one constant leaves the scores as they were (the
+    rotation's rounding apart): they depend on the distance only."""
+    d = 8
+    rows = slice(length - 64, length)
+    scores = []
+    for shift in (0, 1000, 500_000):
+        positions = torch.arange(length) + shift
+        q, k = rotated(length, d, positions)
+        scores.append(F.xpos_relative_scores(q[:, rows], k, positions[rows], positions, 0.4, 16.0))
+        assert torch.isfinite(scores[-1]).all()
+    mask = causal(64, length, length - 64)
+    for other in scores[1:]:
+        torch.testing.assert_close(other[:, mask], scores[0][:, mask], atol=1e-4, rtol=1e-4)
+
+
+def test_relative_scores_take_any_positions_and_broadcast():
+    """Unsorted, spread-out positions (many query windows), keys broadcast against the queries."""
+    positions = torch.randperm(20_000, generator=torch.Generator().manual_seed(5))[:200].double()
+    q, k = rotated(200, 8, positions, dtype=torch.float64)
+    got = F.xpos_relative_scores(q[:1], k, positions, positions, 0.4, 4.0)  # [1, ...] against [2, ...]
+    assert got.shape == (2, 200, 200) and torch.isfinite(got).all()
+    want = relative_reference(q[:1], k, positions, positions, 0.4, 4.0)
+    mask = positions[None, :] <= positions[:, None]
+    torch.testing.assert_close(got[:, mask], want[:, mask], atol=1e-12, rtol=1e-9)
