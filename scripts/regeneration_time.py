@@ -1,0 +1,105 @@
+"""How long regenerating committed comparisons takes on this machine, from the times their own tables recorded.
+
+Every comparison folder holds ``training.parquet`` (per run: steps trained, ``train_seconds``, the device) and
+``extrapolation.parquet`` (per run and length: the evaluation's ``seconds``, measured where it ran, the CPU for
+every committed table). Training time on the CPU is read as it was measured where the run trained on a CPU;
+for runs trained on a GPU it is *projected*: the run's steps times the CPU seconds per step that CPU-trained
+runs of the same encoder and model shape (d_model, layers, batch, training length) recorded in any of the
+folders given (each projected row says which rate it borrowed; a shape no CPU run had is left out and said so).
+Sweeps run two single-thread jobs at a time on 2 cores, so wall time is job time / 2.
+
+    python scripts/regeneration_time.py results/headline results/length_generalization
+    python scripts/regeneration_time.py results/*/ --out results/regeneration_time.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from posenc.files import atomic_write_text
+
+JOBS = 2  # sweeps on 2 cores: two single-thread jobs (scripts/experiment.sh)
+
+
+def runs_of(folder: Path) -> pd.DataFrame | None:
+    """One row per trained run of ``folder``: encoder, task, shape, steps, seconds, device."""
+    if not (folder / "training.parquet").is_file() or not (folder / "extrapolation.parquet").is_file():
+        return None
+    training = pd.read_parquet(folder / "training.parquet")
+    configs = pd.read_parquet(folder / "extrapolation.parquet", columns=["run", "config"]).drop_duplicates("run")
+    rows = training.merge(configs, on="run", how="left")
+    rows["shape"] = [_shape(c) for c in rows["config"]]
+    rows["experiment"] = folder.name
+    return rows.drop(columns=["config"])
+
+
+def _shape(config: str | None) -> str:
+    """What sets the cost of a training step: width, depth, batch and training length."""
+    if not isinstance(config, str):
+        return "?"
+    c = json.loads(config)
+    model, train, task = c.get("model", {}), c.get("train", {}), c.get("task", {})
+    return (f"d{model.get('d_model')} x{model.get('n_layers')} b{train.get('batch_size')} "
+            f"L{task.get('length')} {model.get('mixer', 'attention')}")
+
+
+def training_hours(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment: CPU job hours measured, projected (GPU-trained runs) and left out."""
+    cpu = runs[runs["device"] == "cpu"]
+    rate = (cpu.groupby(["encoder", "shape"])["train_seconds"].sum()
+            / cpu.groupby(["encoder"])["steps"].sum())  # CPU seconds per step
+    rows = []
+    for experiment, part in runs.groupby("experiment", sort=False):
+        measured = part[part["device"] == "cpu"]["train_seconds"].sum()
+        other = part[part["device"] != "cpu"]
+        keys = list(zip(other["encoder"], other["shape"]))
+        known = [k in rate.index for k in keys]
+        projected = sum(steps * rate[k] for steps, k, ok in zip(other["steps"], keys, known) if ok)
+        missing = sorted({f"{e} ({s})" for (e, s), ok in zip(keys, known) if not ok})
+        rows.append({"experiment": experiment, "runs": len(part), "cpu_runs": len(part) - len(other),
+                     "train_h_measured": measured / 3600, "train_h_projected": projected / 3600,
+                     "not_projected": ", ".join(missing) or "-"})
+    return pd.DataFrame(rows)
+
+
+def evaluation_hours(folder: Path) -> dict:
+    """Evaluation job hours measured in ``folder``'s table, and the share of its two longest lengths."""
+    table = pd.read_parquet(folder / "extrapolation.parquet", columns=["eval_length", "seconds"])
+    by_length = table.groupby("eval_length")["seconds"].sum()
+    longest = by_length.sort_index().tail(2)
+    return {"experiment": folder.name, "eval_h": by_length.sum() / 3600,
+            "eval_share_two_longest": longest.sum() / by_length.sum() if by_length.sum() else float("nan"),
+            "two_longest": ",".join(str(int(n)) for n in longest.index)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, default=None, help="also write this Markdown file")
+    args = parser.parse_args()
+    folders = [f for f in args.folders if (f / "extrapolation.parquet").is_file()]
+    runs = pd.concat([r for f in folders if (r := runs_of(f)) is not None], ignore_index=True)
+    table = training_hours(runs).merge(pd.DataFrame([evaluation_hours(f) for f in folders]), on="experiment",
+                                       how="outer")
+    table["wall_h_on_2_jobs"] = (table[["train_h_measured", "train_h_projected", "eval_h"]].fillna(0).sum(axis=1)
+                                 / JOBS)
+    total = table[["train_h_measured", "train_h_projected", "eval_h", "wall_h_on_2_jobs"]].sum()
+    text = ("Job hours on this machine's CPU (one thread per job), from the committed tables "
+            "(`python scripts/regeneration_time.py " + " ".join(str(f) for f in args.folders) + "`); "
+            "train_h_projected: GPU-trained runs at the CPU seconds per step of CPU-trained runs of the same "
+            "encoder and shape; wall time: two jobs at a time.\n\n"
+            + table.round(2).to_markdown(index=False)
+            + f"\n\nIn all: {total['train_h_measured']:.1f} h measured and {total['train_h_projected']:.1f} h "
+              f"projected training, {total['eval_h']:.1f} h evaluation: about {total['wall_h_on_2_jobs']:.1f} "
+              "hours of wall time on 2 cores.\n")
+    print(text)
+    if args.out is not None:
+        atomic_write_text(args.out, text)
+
+
+if __name__ == "__main__":
+    main()
