@@ -58,13 +58,14 @@ def train(ctx: typer.Context) -> None:
     Everything Hydra accepts works: -m/--multirun, hydra/launcher=..., --cfg job, --help.
     """
     from posenc.hydra_entry import hydra_main
-    from posenc.precheck import precheck
+    from posenc.precheck import precheck, quote_path_overrides
 
+    args = quote_path_overrides(ctx.args)  # resume=PATH of posenc's own folder names (`=`, `,`)
     try:
-        precheck(ctx.args)
+        precheck(args)
     except PosencError as err:
         fail(str(err))
-    sys.argv = ["posenc train", *ctx.args]
+    sys.argv = ["posenc train", *args]
     hydra_main()
 
 
@@ -104,9 +105,8 @@ def extrapolate(
         paths = store_into(out, new)
     except PosencError as err:
         fail(str(err))
-    except KeyboardInterrupt:  # tables are written only at the end, atomically: nothing is half-written
-        print_error("interrupted; no table written")
-        raise typer.Exit(130)
+    except KeyboardInterrupt:  # tables are written only at the end, all or nothing: say which
+        _interrupted(out)
     table = new.evaluations
     for metric, view in by_headline_metric(table):
         shown = summary(view, metric).reset_index()
@@ -116,6 +116,14 @@ def extrapolate(
         print_table(shown)
     print_notes(unreadable + skipped, same, scaling_note(table, scalings), not_learned_note(table, wanted))
     console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
+
+
+def _interrupted(out: Path) -> None:
+    """Ctrl-C: one line saying truthfully whether the new files were published in ``out``; exit 130."""
+    from posenc.folders import interrupted_message
+
+    print_error(interrupted_message(out))
+    raise typer.Exit(130)
 
 
 def _command(name: str) -> str:
@@ -188,9 +196,8 @@ def compare(
         fail(str(err))
     except OSError as err:
         fail(f"cannot write to {out}: {err.strerror or err}")
-    except KeyboardInterrupt:  # every file is written atomically at the end: nothing is half-written
-        print_error("interrupted; no table written")
-        raise typer.Exit(130)
+    except KeyboardInterrupt:  # every file is written at the end, all or nothing: say which
+        _interrupted(out)
     print_comparison(comparison)
     print_notes(unreadable + skipped, same, scaling_note(new.evaluations, scalings),
                 not_learned_note(new.evaluations, wanted))
@@ -211,6 +218,8 @@ def report(
         fail(str(err))
     except OSError as err:
         fail(f"cannot write to {out}: {err.strerror or err}")
+    except KeyboardInterrupt:
+        _interrupted(out)
     print_comparison(comparison)
     console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
                   f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
@@ -314,6 +323,8 @@ def kernels(
         fail(str(err))
     except OSError as err:
         fail(f"cannot write to {out}: {err.strerror or err}")
+    except KeyboardInterrupt:
+        _interrupted(out)
     console.print("[bold]attention kernels[/] (mean over heads; all distances in the files below)")
     print_table(summary(result.table))
     for note in result.notes:

@@ -121,8 +121,10 @@ def run_problem(run: Path) -> str | None:
     or a damaged, special or mistyped ``metrics.json``, ``config.yaml`` or ``checkpoint.pt``; None if none."""
     try:
         run_files.read_metrics(run)
-        read_config(run)
         run_files.check_regular(run / run_files.CHECKPOINT_FILE, "a run's checkpoint")
+        if not os.path.lexists(run / run_files.CONFIG_FILE):  # a damaged checkpoint says more than the missing file
+            run_dirs.read_checkpoint(run / run_files.CHECKPOINT_FILE)
+        read_config(run)
     except PosencError as err:
         return str(err)
     return None

@@ -34,11 +34,29 @@ def _umask() -> int:
     return mask
 
 
+def _os_error(err: BaseException) -> OSError | None:
+    """The OS error (a full disk, a quota, an I/O error) behind ``err``: itself, or what a writer such as
+    ``torch.save`` raised it from (torch wraps a failed write in a RuntimeError); None for anything else."""
+    seen = 0
+    while err is not None and seen < 5:
+        if isinstance(err, OSError):
+            return err
+        if not isinstance(err, RuntimeError):
+            return None
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return None
+
+
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     """Call ``write`` on a temporary file beside ``path``, then atomically rename it to ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        from posenc.errors import PosencError
+
+        raise PosencError(f"cannot write {path}: {err.strerror or err}") from err
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -46,9 +64,15 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
-        raise
+        cause = _os_error(err)
+        if cause is None:
+            raise
+        from posenc.errors import PosencError
+
+        kept = "; its previous version is kept" if path.exists() else ""
+        raise PosencError(f"cannot write {path}: {cause.strerror or cause}{kept}") from err
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -50,6 +50,20 @@ _RESERVE = len(".." + _STAGING + "-") + 40  # a result folder's name leaves room
 _RENAME_NOREPLACE = 1  # linux/fs.h
 _AT_FDCWD = -100
 _DISCARDS: dict[Path, list[str]] = {}  # staging folder -> glob patterns of files to remove from `out`
+_PUBLISHED: dict[str, str] = {}  # result folder (real path) -> "recorded" (commit record written) or "published"
+
+
+def interrupted_message(out: Path) -> str:
+    """What a command stopped by Ctrl-C says about result folder ``out``: whether this process published its
+    new files there (all of them, or the commit record that the next posenc command into ``out`` finishes),
+    or changed nothing there (the old files stay)."""
+    state = _PUBLISHED.get(os.path.realpath(out))
+    if state == "published":
+        return f"interrupted after the new files were published in {out} (all of them; only the summary printed here is missing)"
+    if state == "recorded":
+        return (f"interrupted while publishing the new files in {out}: the next posenc command writing there "
+                "puts the rest in place")
+    return f"interrupted; nothing in {out} was changed (its old files are as they were)"
 
 
 def lock_path(out: Path) -> Path:
@@ -204,6 +218,7 @@ def _commit(stage: Path, out: Path, discards: list[str]) -> None:
     """Make the files written under ``stage`` ``out``'s, all or none (see the module docstring)."""
     if stage.parent != out:  # `out` did not exist when the writer began: it appears whole, in one rename
         if _rename_noreplace(stage, out):
+            _PUBLISHED[os.path.realpath(out)] = "published"
             return
         out.mkdir(parents=True, exist_ok=True)  # it appeared meanwhile (or no renameat2): file by file
     names = _staged(stage)
@@ -212,6 +227,7 @@ def _commit(stage: Path, out: Path, discards: list[str]) -> None:
     _in_the_way(out, names)
     record = {"files": names, "remove": remove}
     _write_record(stage, record)
+    _PUBLISHED[os.path.realpath(out)] = "recorded"
     try:
         _move_in(stage, out, record)
     except KeyboardInterrupt:  # a few renames from done: finish them rather than leave the set half-moved
@@ -219,6 +235,7 @@ def _commit(stage: Path, out: Path, discards: list[str]) -> None:
     except OSError as err:
         raise PosencError(f"cannot write tables to {out}: {err.strerror or err}; the rest of the new files "
                           f"wait in {stage}, and the next posenc command writing there puts them in place") from err
+    _PUBLISHED[os.path.realpath(out)] = "published"
 
 
 def check_writable(what: str, location: str | Path, reserve: int = 0) -> None:
@@ -265,6 +282,7 @@ def updating(out: Path) -> Iterator[Path]:
     exception (or interrupt) before that the staging folder is deleted and ``out`` is untouched. Files of
     ``out`` the command did not write are never touched. OS errors become one :class:`PosencError` line."""
     out = check_out_folder(out, "cannot write results to", working_directory=True)  # absolute, links followed
+    _PUBLISHED.pop(os.path.realpath(out), None)  # what this command publishes, not an earlier one's
     stage: Path | None = None
     try:
         _check_folder(out)
@@ -291,6 +309,10 @@ def updating(out: Path) -> Iterator[Path]:
             stage = None
         except OSError as err:
             raise PosencError(f"cannot write tables to {out}: {err.strerror or err}") from err
+        except PosencError as err:  # a file of the new set could not be staged: name it where it belonged
+            if stage is None or str(stage) not in str(err) or (stage / _RECORD).exists():
+                raise
+            raise PosencError(f"{str(err).replace(str(stage), str(out))}; nothing in {out} was changed") from err
         finally:
             if stage is not None:
                 _DISCARDS.pop(stage, None)

@@ -127,6 +127,8 @@ def regenerate(out: Path, command: str) -> tuple[pd.DataFrame, list[Path], dict]
     if not (Path(out) / f"{TABLE_STEM}.parquet").is_file():  # before the lock, which would create `out`
         raise PosencError(f"{out} holds no comparison (no {TABLE_STEM}.parquet); run `posenc compare --out` "
                           "there first")
+    for stem in ("extrapolation", "sequences", "positions", TABLE_STEM, CHOICES_STEM):  # before the lock, too
+        run_files.check_regular(Path(out) / f"{stem}.parquet", "a result table")  # a FIFO would block the reader
     with updating(out) as stage:
         results = read_results(out)
         previous = read_table(out, TABLE_STEM)

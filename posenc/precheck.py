@@ -62,6 +62,49 @@ def check_known_choices(overrides: list[str]) -> None:
                 registries[key].check(value)
 
 
+# Overrides whose value is a path: posenc's own folder names hold `=` and `,` (`.../train.steps=400,seed=1`),
+# which Hydra's override grammar reads as syntax unless the value is quoted.
+PATH_KEYS = ("resume", "hydra.run.dir", "hydra.sweep.dir")
+_PLAIN = re.compile(r"[^=,\[\]{}()'\" ]*")
+
+
+def quote_path_overrides(args: list[str]) -> list[str]:
+    """``args`` with the value of each path override (:data:`PATH_KEYS`) quoted for Hydra where it holds
+    characters of its grammar (``=``, ``,``, brackets, quotes, spaces), so that ``resume=PATH`` takes any
+    folder posenc itself named; values already quoted or holding an interpolation are left as they are."""
+    out = []
+    for arg in args:
+        key, equals, value = arg.partition("=")
+        if (equals and key.lstrip("+~") in PATH_KEYS and value and not _PLAIN.fullmatch(value)
+                and not value.startswith(("'", '"')) and "${" not in value):
+            quote = next((q for q in ("'", '"') if q not in value), None)  # a path holding both is left as is
+            if quote is not None and not value.endswith("\\"):
+                arg = f"{key}={quote}{value}{quote}"
+        out.append(arg)
+    return out
+
+
+def _unquoted(value: str) -> str:
+    """A path override's value as the path it names (:func:`quote_path_overrides` undone)."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def check_not_a_sweep(args: list[str]) -> None:
+    """Without ``-m``, a comma list (``encoder=rope,alibi``) is a sweep Hydra refuses in six lines: one here."""
+    if any(a in ("-m", "--multirun") for a in args):
+        return
+    for override in args:
+        if override.startswith(("-", "hydra.", "hydra/", "+hydra")) or _SWEEP_FUNCTION.search(override):
+            continue
+        key, values = _split(override)
+        if len(values) > 1:
+            raise ConfigError(f"{override} gives several values, a sweep: add -m to train one run per value "
+                              f"(posenc train -m {override}), or quote it ({key}='{','.join(values)}') to mean one "
+                              "value holding commas")
+
+
 def precheck(args: list[str]) -> None:
     """Raise a one-line :class:`PosencError` if ``posenc train ARGS`` would fail on its config."""
     modes = [a for a in args if a in ("-m", "--multirun", "-c", "--cfg", "-i", "--info", "-sc")]
@@ -70,6 +113,7 @@ def precheck(args: list[str]) -> None:
                           "without -m: posenc train OVERRIDES --cfg job")
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
         return  # --cfg, --help, --info, -c ...: Hydra's own modes
+    check_not_a_sweep(args)
     check_output_overrides(args)
     overrides = [a for a in args if not a.startswith("-") and not a.startswith(("hydra.", "hydra/", "+hydra"))]
     if any(_SWEEP_FUNCTION.search(o) for o in overrides):
@@ -113,6 +157,7 @@ def check_existing_checkpoint(args: list[str], config: dict) -> None:
 
     for arg in args:
         key, _, value = arg.partition("=")
+        value = _unquoted(value)
         if key == "hydra.run.dir" and "${" not in value:
             for name in (CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, HISTORY_FILE, LOG_FILE, OVERRIDES_FILE):
                 check_regular(Path(value) / name, f"a run's {name}")  # a FIFO would block the writer or reader
@@ -124,6 +169,7 @@ def check_output_overrides(args: list[str]) -> None:
     """The run and sweep folders given on the command line, checked as :func:`check_writable` does."""
     for arg in args:
         key, _, value = arg.partition("=")
+        value = _unquoted(value)
         if key in ("hydra.run.dir", "hydra.sweep.dir") and value and "${" not in value:
             check_writable(key, value)
 

@@ -66,8 +66,12 @@ def read_table(out_dir: Path, stem: str) -> pd.DataFrame | None:
     path = Path(out_dir) / f"{stem}.parquet"
     if not path.exists():
         return None
+    run_files.check_regular(path, "a result table")  # a FIFO would block the reader
     try:
         return pd.read_parquet(path)
+    except OSError as err:
+        raise PosencError(f"cannot read {path}: {err.strerror or type(err).__name__}; make it readable or move it "
+                          "away") from err
     except Exception as err:  # a damaged file is reported, never silently overwritten
         raise PosencError(f"cannot update {path}: unreadable ({type(err).__name__}); move it away first") from err
 

@@ -156,6 +156,11 @@ CASES = [
     ("train.log is a FIFO", ["train", "hydra.run.dir={tmp}/fifo-log"]),
     ("resume from a FIFO", ["train", "resume={tmp}/fifo-checkpoint/checkpoint.pt"]),
     ("lm corpus holding a FIFO", ["train", "task=lm", "task.corpus={tmp}/fifo-corpus", "task.pattern=*.txt"]),
+    ("report of a FIFO table", ["report", "{tmp}/fifo-table"]),
+    ("extrapolate into a FIFO table", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/fifo-table"]),
+    # a comma list without -m is a sweep Hydra refuses in six lines
+    ("sweep without -m", ["train", "encoder=rope,alibi"]),
+    ("sweep of seeds without -m", ["train", "seed=0,1"]),
 ]
 
 
@@ -210,6 +215,9 @@ def workspace(tmp_path_factory, request) -> Path:
     os.mkfifo(tmp / "fifo-corpus" / "t0.txt.fifo.txt")
     assert runner.invoke(app, ["compare", "--runs", str(tmp / "run"), "--lengths", "16", "--out",
                                str(tmp / "rows-deleted")]).exit_code == 0
+    shutil.copytree(tmp / "rows-deleted", tmp / "fifo-table")
+    (tmp / "fifo-table" / "extrapolation.parquet").unlink()
+    os.mkfifo(tmp / "fifo-table" / "extrapolation.parquet")
     sequences = pd.read_parquet(tmp / "rows-deleted" / "sequences.parquet")
     sequences.iloc[: len(sequences) // 2].to_parquet(tmp / "rows-deleted" / "sequences.parquet")
     (tmp / "readonly").mkdir()

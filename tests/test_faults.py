@@ -1,0 +1,144 @@
+"""Faults while posenc works (issue 27): a full disk during training and during compare, Ctrl-C before and
+after the new tables are published, resume from posenc's own folder names. Each: one line, no traceback, and
+nothing changed that the message does not say changed."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import LEARNS, TINY, learned_run
+from typer.testing import CliRunner
+
+import posenc.pipeline
+from posenc.cli import app
+from posenc.files import CHECKPOINT_FILE
+
+runner = CliRunner()
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _one_error(result, exit_code: int = 2) -> str:
+    assert result.exit_code == exit_code, (result.exit_code, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.stderr
+    errors = [line for line in _lines(result.stderr) if "error" in line.lower()]  # progress lines aside
+    assert len(errors) == 1 and errors[0].startswith("error: "), result.stderr
+    assert _lines(result.stderr)[-1] == errors[0], "the error ends the output"
+    return errors[0]
+
+
+def _disk_full_for(monkeypatch, name: str, after: int = 0) -> None:
+    """fsync of a file whose (temporary) name holds ``name`` fails with ENOSPC, after ``after`` that succeed."""
+    real_fsync, seen = os.fsync, []
+
+    def fsync(fd):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if name in os.path.basename(target):
+            seen.append(target)
+            if len(seen) > after:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def test_disk_full_while_saving_a_checkpoint_is_one_line_and_keeps_the_previous_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _disk_full_for(monkeypatch, f".{CHECKPOINT_FILE}.", after=1)  # the step-2 checkpoint lands, step 4's does not
+    result = runner.invoke(app, ["train", *TINY, "train.checkpoint_every=2", f"hydra.run.dir={tmp_path / 'run'}"])
+    line = _one_error(result)
+    assert line == f"error: cannot write {tmp_path / 'run' / CHECKPOINT_FILE}: No space left on device; its previous " \
+                   "version is kept"
+    state = torch.load(tmp_path / "run" / CHECKPOINT_FILE, weights_only=False)
+    assert state["step"] == 2
+    assert not [p for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.fixture
+def compared(tmp_path, always_learns, monkeypatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    learned_run(tmp_path / "run")
+    result = runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16", "--sequences", "4", "--out", "tables"])
+    assert result.exit_code == 0, result.output
+    return tmp_path
+
+
+def test_disk_full_during_compare_is_one_line_naming_the_file_and_changes_nothing(compared, monkeypatch):
+    before = snapshot(compared)
+    _disk_full_for(monkeypatch, ".extrapolation.parquet.")
+    result = runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16,24", "--sequences", "4",
+                                 "--out", "tables"])
+    line = _one_error(result)
+    tables = compared / "tables"
+    assert line == (f"error: cannot write {tables / 'extrapolation.parquet'}: No space left on device; nothing in "
+                    f"{tables} was changed")
+    assert snapshot(compared) == before
+
+
+def test_ctrl_c_before_the_tables_are_published_says_nothing_changed(compared, monkeypatch):
+    before = snapshot(compared)
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(posenc.pipeline, "render", interrupt)  # while the report is drawn, before the commit
+    result = runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16,24", "--sequences", "4",
+                                 "--out", "tables"])
+    line = _one_error(result, 130)
+    assert line == f"error: interrupted; nothing in tables was changed (its old files are as they were)"
+    assert snapshot(compared) == before
+
+
+def test_ctrl_c_after_the_tables_are_published_says_so(compared, monkeypatch):
+    before = snapshot(compared)
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(posenc.pipeline, "_moved_figures", interrupt)  # just after the commit
+    result = runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16,24", "--sequences", "4",
+                                 "--out", "tables"])
+    line = _one_error(result, 130)
+    assert line.startswith("error: interrupted after the new files were published in tables")
+    after = snapshot(compared)
+    assert after["tables/comparison.parquet"] != before["tables/comparison.parquet"]  # they were: it says so
+
+
+def test_ctrl_c_during_report_is_one_line(compared, monkeypatch):
+    before = snapshot(compared)
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(posenc.pipeline, "render", interrupt)
+    line = _one_error(runner.invoke(app, ["report", "tables"]), 130)
+    assert line == "error: interrupted; nothing in tables was changed (its old files are as they were)"
+    assert snapshot(compared) == before
+
+
+def test_resume_takes_posencs_own_folder_names(tmp_path, always_learns, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "results" / "runs" / "copy" / "rope" / "seed0" / "train.steps=400,seed=1"
+    learned_run(source)
+    result = runner.invoke(app, ["train", *TINY, *LEARNS, f"resume={source}", f"hydra.run.dir={tmp_path / 'again'}"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "again" / CHECKPOINT_FILE).is_file()
+    shutil.rmtree(tmp_path / "again")
+    result = runner.invoke(app, ["train", *TINY, *LEARNS, f"resume={source}", f"hydra.run.dir={source}-copy"])
+    assert result.exit_code == 0, result.output  # a run folder of that kind named for hydra.run.dir, too
+    assert (Path(f"{source}-copy") / CHECKPOINT_FILE).is_file()
