@@ -36,6 +36,11 @@ ScalingOption = Annotated[
                  "colon, e.g. yarn:beta_fast=16,beta_slow=1 or llama3:low_freq_factor=1,high_freq_factor=4,"
                  "original_max_position_embeddings=32."),
 ]
+MemoryOption = Annotated[
+    bool,
+    typer.Option("--memory-check/--no-memory-check", help="Refuse, before any work, an evaluation estimated to "
+                 "need more memory than is available (--no-memory-check: try anyway)."),
+]
 FactorOption = Annotated[
     Optional[float],
     typer.Option("--rope-factor", help="Fixed extension factor for --rope-scaling (default: follows the "
@@ -78,6 +83,7 @@ def extrapolate(
     device: DeviceOption = "auto",
     rope_scaling: ScalingOption = "none",
     rope_factor: FactorOption = None,
+    memory_check: MemoryOption = True,
 ) -> None:
     """Evaluate trained runs at each length and write tidy tables (CSV, Parquet, Markdown).
 
@@ -101,7 +107,8 @@ def extrapolate(
         found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable))
         check_destination(out)
         read_results(out)  # read before the long work: a bad --out or damaged table fails early
-        new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, scalings=scalings)
+        new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, scalings=scalings,
+                                         memory_check=memory_check)
         paths = store_into(out, new)
     except PosencError as err:
         fail(str(err))
@@ -154,6 +161,7 @@ def compare(
         typer.Option("--extend", help="Keep the runs OUT's comparison already covers (from OUT's tables: their run "
                                       "folders need not be here) and add these runs to it."),
     ] = False,
+    memory_check: MemoryOption = True,
 ) -> None:
     """Aggregate runs across seeds (only runs of one configuration are pooled): mean and 95% interval per
     encoder, task and length; tables, figures, report.md with literature checks.
@@ -187,7 +195,8 @@ def compare(
             check_extendable(out)
         done = frozenset() if previous is None else previous.done()
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, up_to=up_to,
-                                         scalings=scalings, done=done, allow_empty=previous is not None)
+                                         scalings=scalings, done=done, allow_empty=previous is not None,
+                                         memory_check=memory_check)
         console.print(f"{len(new.evaluations)} new evaluations", highlight=False)
         run_ids = {run_identity(run_config(run)).run_id for run in found}
         comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), choices,

@@ -182,6 +182,7 @@ def extrapolate(
     scalings: list[RopeScaling] | None = None,
     done: frozenset[tuple[str, int, str]] = frozenset(),
     allow_empty: bool = False,
+    memory_check: bool = True,
 ) -> tuple[Results, list[str]]:
     """Evaluate every run at every length: rows, per-sequence scores and accuracy by position.
 
@@ -195,6 +196,8 @@ def extrapolate(
             default: none, the encoders as trained. Other runs are evaluated as trained only.
         done: (run_id, length, scaling) triples already evaluated, skipped here.
         allow_empty: return empty results, not an error, when every run was skipped.
+        memory_check: refuse, before any work, an evaluation estimated to need more memory than is available
+            (:func:`check_memory`).
 
     Returns:
         The new :class:`~posenc.store.Results`, and one line for each run that was skipped (unfinished,
@@ -223,6 +226,8 @@ def extrapolate(
     wanted = {run: [n for n in _lengths_for(configs[run], lengths, up_to, identity[run].config_id not in missed)
                     if any((ids[run], n, scaling_label(sc)) not in done for sc in plan[run])]
               for run in runs}
+    if memory_check:
+        check_memory(configs, wanted, plan, sequences)
     parts = []
     with make_progress(progress, fields="{task.fields[current]}") as bar:
         total = sum(len(wanted[run]) * len(plan[run]) for run in runs)  # x depths once a run is loaded
@@ -260,6 +265,57 @@ def extrapolate(
         first = skipped[0]
         raise PosencError(first if len(skipped) == 1 else f"none of {len(skipped)} runs could be evaluated; {first}")
     return Results.concat(parts), skipped
+
+
+ROW_BYTES = 400  # memory per evaluated sequence kept until the tables are written (numpy, then pandas rows)
+TOKEN_BYTES = 16  # x (d_model + d_mlp + vocabulary) per token of a forward pass: ~4x what a tiny model used on CPU
+VOCABULARY = 256  # an upper bound on a task's vocabulary (lm: bytes)
+MEMORY_SHARE = 0.8  # of the memory available now, what one command may plan to use
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux ``MemAvailable``), None where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def memory_estimate(configs: dict, wanted: dict, plan: dict, sequences: int | None) -> int:
+    """Bytes an evaluation of ``wanted`` lengths under ``plan`` scalings will hold at its peak, roughly: every
+    evaluated sequence's scores (kept until the tables are written) and the largest forward pass."""
+    from posenc.evaluate import BATCH_TOKENS
+
+    rows, forward = 0, 0
+    for run, lengths in wanted.items():
+        config = configs[run]
+        task = config.get("task") if isinstance(config.get("task"), dict) else {}
+        model = config.get("model") if isinstance(config.get("model"), dict) else {}
+        depths = 5 if task.get("name") == "passkey" else 1
+        for length in lengths:
+            count = sequences or default_sequences(length)
+            rows += count * depths * len(plan[run])
+            width = int(model.get("d_model") or 64) + int(model.get("d_mlp") or 256) + VOCABULARY
+            forward = max(forward, max(length, BATCH_TOKENS) * TOKEN_BYTES * width)
+    return rows * ROW_BYTES + forward
+
+
+def check_memory(configs: dict, wanted: dict, plan: dict, sequences: int | None) -> None:
+    """Refuse, before any work, an evaluation whose estimated memory exceeds what is available now."""
+    need, have = memory_estimate(configs, wanted, plan, sequences), available_memory()
+    if have is None or need <= MEMORY_SHARE * have:
+        return
+    longest = max((n for lengths in wanted.values() for n in lengths), default=0)
+    asked = f"--sequences {sequences}" if sequences else "the default sequence counts"
+    raise PosencError(f"this evaluation needs about {need / 2**30:.1f} GiB of memory (estimated: lengths up to "
+                      f"{longest}, {asked}), more than the {have / 2**30:.1f} GiB available; use fewer or shorter "
+                      "--lengths or fewer --sequences, or --no-memory-check to try anyway")
 
 
 def _lengths_for(config: dict, lengths: list[int] | None, up_to: int, learned: bool) -> list[int]:

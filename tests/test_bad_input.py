@@ -158,6 +158,9 @@ CASES = [
     ("lm corpus holding a FIFO", ["train", "task=lm", "task.corpus={tmp}/fifo-corpus", "task.pattern=*.txt"]),
     ("report of a FIFO table", ["report", "{tmp}/fifo-table"]),
     ("extrapolate into a FIFO table", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/fifo-table"]),
+    # work that cannot fit in memory, refused before it starts (--no-memory-check overrides)
+    ("sequences beyond memory", ["extrapolate", "--runs", "{run}", "--sequences", "2000000000", "--out", "{out}"]),
+    ("sequences beyond memory to compare", ["compare", "--runs", "{run}", "--sequences", "2000000000", "--out", "{tmp}/c"]),
     # a comma list without -m is a sweep Hydra refuses in six lines
     ("sweep without -m", ["train", "encoder=rope,alibi"]),
     ("sweep of seeds without -m", ["train", "seed=0,1"]),
