@@ -229,7 +229,7 @@ def extrapolate(
     if memory_check:
         check_memory(configs, wanted, plan, sequences)
     parts = []
-    with make_progress(progress, fields="{task.fields[current]}") as bar:
+    with make_progress(progress, fields="{task.fields[current]}", lines=True) as bar:
         total = sum(len(wanted[run]) * len(plan[run]) for run in runs)  # x depths once a run is loaded
         job = bar.add_task("evaluate", total=total, current="")
         for run in runs:

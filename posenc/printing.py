@@ -6,6 +6,7 @@ import math
 import sys
 
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -34,16 +35,36 @@ def _fmt(value: object) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-def print_table(table) -> None:
-    """Print a DataFrame as a rich table on stdout (text columns left, numbers right)."""
-    view = Table()
+def _view(table, compact: bool = False) -> Table:
+    view = Table(box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD, pad_edge=not compact)
     for col in table.columns:
         numeric = pd.api.types.is_numeric_dtype(table[col])
         view.add_column(col.replace("_", " "), justify="right" if numeric else "left")
     for row in table.itertuples(index=False):
         view.add_row(*(_fmt(v) for v in row))
-    # Piped or redirected: as wide as the table needs, so the names that tell runs apart are never cut.
-    Console(width=None if sys.stdout.isatty() else 100_000).print(view)
+    return view
+
+
+def _natural_width(view: Table) -> int:
+    wide = Console(width=100_000, color_system=None)
+    with wide.capture() as capture:
+        wide.print(view)
+    return max((len(line) for line in capture.get().splitlines()), default=0)
+
+
+def print_table(table) -> None:
+    """Print a DataFrame as a rich table on stdout (text columns left, numbers right), never cutting a value:
+    piped or redirected, as wide as the table needs; in a terminal narrower than the table, without vertical
+    rules and at its full width (the terminal wraps its lines) rather than squeezed into "0.…"."""
+    if not sys.stdout.isatty():
+        Console(width=100_000).print(_view(table))
+        return
+    console = Console()
+    view = _view(table)
+    if _natural_width(view) > console.width:
+        view = _view(table, compact=True)
+        console = Console(width=max(console.width, _natural_width(view)))
+    console.print(view)
 
 
 def print_comparison(comparison) -> None:

@@ -1,0 +1,46 @@
+"""A newcomer's day without surprises (issue 27, item 4): progress when output is piped, numbers never cut in
+`posenc runs`, help text not broken mid-sentence, evaluating a run that did not learn when asked."""
+
+from __future__ import annotations
+
+from conftest import learned_run
+from typer.testing import CliRunner
+
+import posenc.progress
+from posenc.cli import app
+
+runner = CliRunner()
+
+
+def test_extrapolate_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path, always_learns, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    learned_run(tmp_path / "run")
+    monkeypatch.setattr(posenc.progress, "LINE_SECONDS", 0.0)  # a line at every step (5 s apart by default)
+    result = runner.invoke(app, ["extrapolate", "--runs", "run", "--lengths", "16,24,32", "--sequences", "4",
+                                 "--out", "tables"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("evaluate ")]
+    assert [line.split(" s")[0].rsplit(",", 1)[0] for line in lines] == [
+        "evaluate 1/3 (33%) rope/copy @ 16", "evaluate 2/3 (67%) rope/copy @ 24", "evaluate 3/3 (100%) rope/copy @ 32"]
+
+
+def test_runs_never_cuts_numbers_in_a_100_column_terminal(tmp_path, monkeypatch, capsys):
+    import types
+
+    import pandas as pd
+
+    import posenc.printing
+    from posenc.tables import TRAINING_COLUMNS
+
+    row = {"run": "results/runs/copy/rope/seed0/train.lr=0.001,train.steps=4000", "encoder": "rope_partial",
+           "task": "retrieval", "train_length": 64, "seed": 2, "learned": True, "steps_to_learn": 1250,
+           "steps": 1250, "budget": 4000, "train_seconds": 123.456, "exact_match": 0.991, "token_accuracy": 0.998,
+           "loss": 0.0123, "n_sequences": 512, "device": "cpu"}
+    table = pd.DataFrame([row], columns=TRAINING_COLUMNS)
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setattr(posenc.printing, "sys", types.SimpleNamespace(stdout=types.SimpleNamespace(isatty=lambda: True)))
+    posenc.printing.print_table(table)
+    shown = capsys.readouterr().out
+    assert "…" not in shown, shown
+    for value in ("123.456", "0.991", "0.998", "0.012", "1250", "4000", "512", "rope_partial", "retrieval"):
+        assert value in shown, (value, shown)
