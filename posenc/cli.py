@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -35,6 +37,11 @@ ScalingOption = Annotated[
                  "without retraining: none (as trained), linear, ntk, dynamic_ntk, yarn, llama3; options after a "
                  "colon, e.g. yarn:beta_fast=16,beta_slow=1 or llama3:low_freq_factor=1,high_freq_factor=4,"
                  "original_max_position_embeddings=32."),
+]
+NotLearnedOption = Annotated[
+    bool,
+    typer.Option("--include-not-learned", help="Also evaluate runs that did not learn their task past their "
+                 "training length (by default they are evaluated there only); they stay marked not learned."),
 ]
 MemoryOption = Annotated[
     bool,
@@ -83,6 +90,7 @@ def extrapolate(
     device: DeviceOption = "auto",
     rope_scaling: ScalingOption = "none",
     rope_factor: FactorOption = None,
+    include_not_learned: NotLearnedOption = False,
     memory_check: MemoryOption = True,
 ) -> None:
     """Evaluate trained runs at each length and write tidy tables (CSV, Parquet, Markdown).
@@ -108,7 +116,7 @@ def extrapolate(
         check_destination(out)
         read_results(out)  # read before the long work: a bad --out or damaged table fails early
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, scalings=scalings,
-                                         memory_check=memory_check)
+                                         memory_check=memory_check, include_not_learned=include_not_learned)
         paths = store_into(out, new)
     except PosencError as err:
         fail(str(err))
@@ -121,7 +129,8 @@ def extrapolate(
         console.print(f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (mean over seeds; all columns "
                       "in the files below)")
         print_table(shown)
-    print_notes(unreadable + skipped, same, scaling_note(table, scalings), not_learned_note(table, wanted))
+    print_notes(unreadable + skipped, same, scaling_note(table, scalings),
+                None if include_not_learned else not_learned_note(table, wanted))
     console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
 
 
@@ -161,6 +170,7 @@ def compare(
         typer.Option("--extend", help="Keep the runs OUT's comparison already covers (from OUT's tables: their run "
                                       "folders need not be here) and add these runs to it."),
     ] = False,
+    include_not_learned: NotLearnedOption = False,
     memory_check: MemoryOption = True,
 ) -> None:
     """Aggregate runs across seeds (only runs of one configuration are pooled): mean and 95% interval per
@@ -196,7 +206,7 @@ def compare(
         done = frozenset() if previous is None else previous.done()
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, up_to=up_to,
                                          scalings=scalings, done=done, allow_empty=previous is not None,
-                                         memory_check=memory_check)
+                                         memory_check=memory_check, include_not_learned=include_not_learned)
         console.print(f"{len(new.evaluations)} new evaluations", highlight=False)
         run_ids = {run_identity(run_config(run)).run_id for run in found}
         comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), choices,
@@ -209,7 +219,7 @@ def compare(
         _interrupted(out)
     print_comparison(comparison)
     print_notes(unreadable + skipped, same, scaling_note(new.evaluations, scalings),
-                not_learned_note(new.evaluations, wanted))
+                None if include_not_learned else not_learned_note(new.evaluations, wanted))
     console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
                   f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
 
@@ -341,3 +351,15 @@ def kernels(
     console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
     shown = ", ".join(str(p) for p in figures)
     console.print(f"figures (PNG + SVG): {shown}", highlight=False, soft_wrap=True)
+
+
+def _unwrapped(doc: str) -> str:
+    """A docstring's paragraphs each on one line: the help text flows to the terminal's width instead of
+    breaking sentences where the source wrapped them."""
+    paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(doc))
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
+for _info in app.registered_commands:
+    if _info.help is None and _info.callback is not None and _info.callback.__doc__:
+        _info.help = _unwrapped(_info.callback.__doc__)

@@ -183,6 +183,7 @@ def extrapolate(
     done: frozenset[tuple[str, int, str]] = frozenset(),
     allow_empty: bool = False,
     memory_check: bool = True,
+    include_not_learned: bool = False,
 ) -> tuple[Results, list[str]]:
     """Evaluate every run at every length: rows, per-sequence scores and accuracy by position.
 
@@ -196,6 +197,9 @@ def extrapolate(
             default: none, the encoders as trained. Other runs are evaluated as trained only.
         done: (run_id, length, scaling) triples already evaluated, skipped here.
         allow_empty: return empty results, not an error, when every run was skipped.
+        include_not_learned: evaluate runs whose configuration did not learn its task at every length too (by
+            default only at the training length: past it there is nothing to compare); their rows still say
+            ``learned`` False, and comparisons still mark them not learned.
         memory_check: refuse, before any work, an evaluation estimated to need more memory than is available
             (:func:`check_memory`).
 
@@ -222,7 +226,7 @@ def extrapolate(
     # Mastery belongs to a configuration: if one of its seeds did not learn, none of them is compared past
     # the training length, so none is evaluated there (the long lengths are the expensive ones).
     missed = {identity[run].config_id for run in runs  # finished runs only: an unfinished one is skipped below
-              if metrics[run] and not _learned(metrics[run], configs[run])}
+              if metrics[run] and not _learned(metrics[run], configs[run]) and not include_not_learned}
     wanted = {run: [n for n in _lengths_for(configs[run], lengths, up_to, identity[run].config_id not in missed)
                     if any((ids[run], n, scaling_label(sc)) not in done for sc in plan[run])]
               for run in runs}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import learned_run
 from typer.testing import CliRunner
 
@@ -44,3 +45,31 @@ def test_runs_never_cuts_numbers_in_a_100_column_terminal(tmp_path, monkeypatch,
     assert "…" not in shown, shown
     for value in ("123.456", "0.991", "0.998", "0.012", "1250", "4000", "512", "rope_partial", "retrieval"):
         assert value in shown, (value, shown)
+
+
+def test_a_run_that_did_not_learn_is_evaluated_past_its_training_length_when_asked(tmp_path, monkeypatch):
+    import pandas as pd
+    from conftest import TINY
+
+    monkeypatch.chdir(tmp_path)
+    assert runner.invoke(app, ["train", *TINY, "hydra.run.dir=run"]).exit_code == 0  # 4 steps: not learned
+    args = ["extrapolate", "--runs", "run", "--lengths", "16,32", "--sequences", "4"]
+    result = runner.invoke(app, [*args, "--out", "default"])
+    assert result.exit_code == 0 and "not learned" in result.stderr, result.output
+    assert set(pd.read_parquet(tmp_path / "default" / "extrapolation.parquet")["eval_length"]) == {16}
+    result = runner.invoke(app, [*args, "--include-not-learned", "--out", "asked"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_parquet(tmp_path / "asked" / "extrapolation.parquet")
+    assert set(table["eval_length"]) == {16, 32} and not table["learned"].any()  # still marked not learned
+
+
+@pytest.mark.parametrize("args, sentence", [
+    (["extrapolate", "--help"], "accuracy by answer position in positions.parquet. With --rope-scaling, rotary runs"),
+    (["--help"], "mean and 95% interval per encoder, task and length"),  # the list of commands
+    (["kernels", "--help"], "Encoders with learned parameters are drawn only from trained runs (--runs), with their "
+                            "own shape."),
+])
+def test_help_text_flows_to_the_terminal_width_not_the_source_lines(args, sentence):
+    result = runner.invoke(app, args, env={"COLUMNS": "250", "TERMINAL_WIDTH": "250"})
+    assert result.exit_code == 0, result.output
+    assert any(sentence in line for line in result.output.splitlines()), result.output
