@@ -157,3 +157,21 @@ def test_work_beyond_the_memory_available_is_refused_before_it_starts_unless_ask
     assert not (tmp_path / "tables").exists()
     result = runner.invoke(app, [*args, "--no-memory-check"])
     assert result.exit_code == 0, result.output
+
+
+def test_an_unreadable_table_in_report_is_one_line_and_changes_nothing(compared, monkeypatch):
+    import pandas as pd
+
+    before = snapshot(compared)
+    real = pd.read_parquet
+
+    def read_parquet(path, *args, **kwargs):  # as for a table without read permission (root reads those anyway)
+        if str(path).endswith("sequences.parquet"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(pd, "read_parquet", read_parquet)
+    line = _one_error(runner.invoke(app, ["report", "tables"]))
+    assert line == f"error: cannot read {Path('tables') / 'sequences.parquet'}: Permission denied; make it readable or " \
+                   "move it away"
+    assert snapshot(compared) == before
