@@ -271,6 +271,11 @@ def runs(
                 paths = moved(write_tables(written, stage, "training"), stage, out)
     except PosencError as err:
         fail(str(err))
+    except KeyboardInterrupt:
+        if out is not None:
+            _interrupted(out)
+        print_error("interrupted")
+        raise typer.Exit(130)
     print_table(table)
     print_notes(notes)
     if paths:

@@ -24,6 +24,9 @@ from posenc.progress import print_error
 from posenc.train import train
 
 log = logging.getLogger("posenc.train")
+# A log line that cannot be written (a full disk under train.log) is dropped, not printed as a traceback: the
+# checkpoint write that follows fails in one line naming its file (posenc.files.atomic_write).
+logging.raiseExceptions = False
 
 
 def short_dirname(text: str, limit: int = 120) -> str:
