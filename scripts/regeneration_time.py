@@ -4,7 +4,7 @@ Every comparison folder holds ``training.parquet`` (per run: steps trained, ``tr
 ``extrapolation.parquet`` (per run and length: the evaluation's ``seconds``, measured where it ran, the CPU for
 every committed table). Training time on the CPU is read as it was measured where the run trained on a CPU;
 for runs trained on a GPU it is *projected*: the run's steps times the CPU seconds per step that CPU-trained
-runs of the same encoder and model shape (d_model, layers, batch, training length) recorded in any of the
+runs of the same encoder, encoder options and model shape (d_model, layers, batch, training length) recorded in any of the
 folders given (each projected row says which rate it borrowed; a shape no CPU run had is left out and said so).
 Sweeps run two single-thread jobs at a time on 2 cores, so wall time is job time / 2.
 
@@ -43,8 +43,9 @@ def _shape(config: str | None) -> str:
         return "?"
     c = json.loads(config)
     model, train, task = c.get("model", {}), c.get("train", {}), c.get("task", {})
+    options = ",".join(f"{k}={v}" for k, v in sorted(c.get("encoder", {}).items()) if k != "name")
     return (f"d{model.get('d_model')} x{model.get('n_layers')} b{train.get('batch_size')} "
-            f"L{task.get('length')} {model.get('mixer', 'attention')}")
+            f"L{task.get('length')} {model.get('mixer', 'attention')} {options}").strip()
 
 
 def training_hours(runs: pd.DataFrame) -> pd.DataFrame:
