@@ -111,3 +111,14 @@ def pytest_collection_modifyitems(config, items):
             source = ""
         if any(s in source for s in _SPAWNS + _COMPILES) or "trained_runs" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.integration)
+
+
+def load_script(name: str):
+    """``scripts/<name>.py`` imported as a module (scripts are not a package), for tests of its functions."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,16 +1,10 @@
 """scripts/length_statistics.py: the source distances it measures from the tasks' own samplers."""
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "length_statistics.py"
+from conftest import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("length_statistics", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("length_statistics")
 
 
 def test_copy_and_reverse_distances_and_what_training_never_saw():

@@ -18,7 +18,6 @@ from posenc.errors import ConfigError, PosencError
 from posenc.mixers import DEFAULT_MIXER, FFT_MIN_TAPS, MIXERS, SHORT_TAPS, BaseConv, base_conv_taps, causal_conv
 from posenc.model import CausalSelfAttention, ModelConfig, Transformer
 from posenc.store import run_identity
-from posenc.tasks.base import PAD
 
 CFG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=4, d_mlp=64, mixer="base_conv")
 TRAIN_LENGTH = 24
@@ -106,17 +105,7 @@ def test_past_its_filter_an_output_reads_a_window():
     assert not torch.allclose(moved_near, base)
 
 
-def test_right_padding_leaves_every_real_position_unchanged():
-    """As tests/test_train.py checks for every encoder: a right-padded batch is each sequence alone."""
-    cfg = tiny_config("encoder=nope", "model.mixer=base_conv", "model.n_layers=2", "task.length=16")
-    task, _, model = cfg.build()
-    model.eval()
-    short = task.sample(2, 9, torch.Generator().manual_seed(3))
-    padded = torch.full((2, 16), PAD)
-    padded[:, :9] = short.inputs
-    with torch.no_grad():
-        alone, inside = model(short.inputs), model(padded)[:, :9]
-    torch.testing.assert_close(inside, alone, atol=1e-5, rtol=1e-5)
+# Right padding: tests/test_train.py::test_right_padding_leaves_every_real_position_unchanged covers base_conv.
 
 
 def test_parameter_counts_at_the_headline_retrieval_width():

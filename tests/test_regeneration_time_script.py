@@ -1,19 +1,14 @@
 """scripts/regeneration_time.py: measured CPU hours, GPU runs projected at CPU seconds per step."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pandas as pd
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "regeneration_time.py"
+from conftest import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("regeneration_time", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("regeneration_time")
 
 
 def _folder(root: Path, name: str, runs: list[tuple[str, str, int, float, str, int]]) -> Path:

@@ -259,12 +259,14 @@ def test_per_sequence_lengths_mix_in_one_batch_and_per_batch_lengths_do_not():
     assert draw_batch(task, 4, 16, 16, "example", gen)[1] == 16  # fixed length: every sequence at it
 
 
-@pytest.mark.parametrize("encoder", sorted(set(ENCODERS) - {"randomized"}))
-def test_right_padding_leaves_every_real_position_unchanged(encoder):
-    """Training on a mixed, right-padded batch is training on each sequence alone: under the causal mask no
-    real token attends to padding, and positions start at 0 for every sequence. (randomized draws its
-    positions for the whole width, so a padded short sequence reads other positions: not equal by design.)"""
-    cfg = tiny_config(f"encoder={encoder}", "task.length=16")
+@pytest.mark.parametrize("overrides", [(f"encoder={e}",) for e in sorted(set(ENCODERS) - {"randomized"})]
+                         + [("encoder=nope", "model.mixer=base_conv", "model.n_layers=2")])
+def test_right_padding_leaves_every_real_position_unchanged(overrides):
+    """Training on a mixed, right-padded batch is training on each sequence alone: under the causal mask (or
+    the causal convolution of ``model.mixer=base_conv``) no real token reads padding, and positions start at 0
+    for every sequence. (randomized draws its positions for the whole width, so a padded short sequence reads
+    other positions: not equal by design.)"""
+    cfg = tiny_config(*overrides, "task.length=16")
     task, _, model = cfg.build()
     model.eval()
     short = task.sample(2, 9, torch.Generator().manual_seed(3))
