@@ -40,23 +40,27 @@ def _draw(
     """One line per value of ``by`` (mean over seeds) with its 95% interval as a band; axes dressed.
 
     Groups that did not learn their task in distribution are drawn as one hollow grey marker at the
-    training length, labelled "not learned": nothing past it is compared.
+    training length, labelled "not learned" in the legend: nothing past it is compared. The training length's
+    label then starts right of the marker, not on it.
     """
+    unlearned = False
     for name, rows in view.groupby(by, sort=False):
         rows = rows[rows[f"{metric}_mean"].notna()].sort_values("eval_length")
         if rows.empty:
             continue
         colour = colours[name]
         if not rows["learned"].all():
+            unlearned = True
             first = rows[rows["eval_length"] == rows["train_length"]]
-            ax.plot(first["eval_length"], first[f"{metric}_mean"], marker="o", markersize=5, linestyle="none",
-                    markerfacecolor="none", color=colour, label=f"{name} (not learned)")
+            ax.plot(first["eval_length"], first[f"{metric}_mean"], marker="o", markersize=NOT_LEARNED_SIZE,
+                    linestyle="none", markerfacecolor="none", color=colour, label=f"{name} (not learned)")
             continue
         ax.plot(rows["eval_length"], rows[f"{metric}_mean"], marker="o", markersize=3, label=name, color=colour,
                 linestyle=(styles or {}).get(name, "-"))
         low, high = rows[f"{metric}_low"], rows[f"{metric}_high"]
         ax.fill_between(rows["eval_length"], low, high, color=colour, alpha=0.18, linewidth=0)
-    mark_training_lengths(ax, view["train_length"].unique())
+    # a not-learned marker sits on the training length's line: its label starts right of the marker
+    mark_training_lengths(ax, view["train_length"].unique(), gap=NOT_LEARNED_GAP if unlearned else 2)
     if metric == "token_accuracy" and "chance_token_accuracy" in view:
         for chance in view["chance_token_accuracy"].dropna().unique():
             ax.axhline(chance, color="grey", linestyle="--", linewidth=0.8)
@@ -70,13 +74,18 @@ def _draw(
     ax.grid(alpha=0.3)
 
 
-def mark_training_lengths(ax, lengths, at_top: bool = False) -> None:
-    """A dotted vertical line at each training length, labelled "train N" at the bottom (or top) of ``ax``."""
+NOT_LEARNED_SIZE = 5  # points: the hollow marker of a group that did not learn
+NOT_LEARNED_GAP = NOT_LEARNED_SIZE / 2 + 4  # points from the line to the "train N" label, clear of that marker
+
+
+def mark_training_lengths(ax, lengths, at_top: bool = False, gap: float = 2) -> None:
+    """A dotted vertical line at each training length, labelled "train N" at the bottom (or top) of ``ax``,
+    ``gap`` points right of the line."""
     for length in sorted(set(int(n) for n in lengths)):
         ax.axvline(length, color="grey", linestyle=":", linewidth=1)
         ax.annotate(f"train {length}", (length, 1.0 if at_top else 0.0), xycoords=("data", "axes fraction"),
                     fontsize=7, color="grey", ha="left", va="top" if at_top else "bottom",
-                    xytext=(2, -2 if at_top else 2), textcoords="offset points")
+                    xytext=(gap, -2 if at_top else 2), textcoords="offset points")
 
 
 def _length_axis(ax, lengths: list[int]) -> None:
@@ -97,8 +106,50 @@ def _seeds(view: pd.DataFrame) -> str:
         f"{n} seed; band: 95% interval over sequences"
 
 
+def _titles(fig) -> list:
+    """The centred texts of ``fig`` that can outgrow it: its suptitle, each visible axes' title and x label."""
+    texts = [fig._suptitle] if getattr(fig, "_suptitle", None) is not None else []
+    for ax in fig.axes:
+        if ax.get_visible():
+            texts += [ax.title, ax.xaxis.label]
+    return [t for t in texts if t.get_text()]
+
+
+def fit_titles(fig, margin: float = 4.0, rounds: int = 4) -> None:
+    """Wrap, between words, every title and x label of ``fig`` that would run past its edges (less ``margin``
+    points): a one-panel figure is narrower than a long title, and the layout does not shorten text. Drawn as
+    when saved (the constrained layout then makes room for the extra lines)."""
+    import textwrap
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    pad = margin * fig.dpi / 72
+    for _ in range(rounds):
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        changed = False
+        for text in _titles(fig):
+            box = text.get_window_extent(renderer)
+            middle = (box.x0 + box.x1) / 2  # centred: the room is twice the distance to the nearer edge
+            room = 2 * min(middle - fig.bbox.x0 - pad, fig.bbox.x1 - pad - middle)
+            if box.width <= room:
+                continue
+            lines = text.get_text().split("\n")
+            longest = max(len(line) for line in lines)
+            width = max(12, int(longest * max(room, 0) / box.width) - 1)
+            wrapped = "\n".join(textwrap.fill(line, width, break_long_words=False) for line in lines)
+            if wrapped != text.get_text():
+                text.set_text(wrapped)
+                changed = True
+        if not changed:
+            return
+
+
 def save_figure(fig, out_dir: Path, stem: str) -> list[Path]:
-    """Write ``fig`` as ``<stem>.png`` and ``<stem>.svg`` (atomically, without a creation date)."""
+    """Write ``fig`` as ``<stem>.png`` and ``<stem>.svg`` (atomically, without a creation date), its long
+    titles wrapped to fit (:func:`fit_titles`)."""
+    fit_titles(fig)
     paths = []
     for ext in ("png", "svg"):
         path = Path(out_dir) / f"{stem}.{ext}"
@@ -215,9 +266,22 @@ def plot_all(comparison: pd.DataFrame, out_dir: Path, metrics: dict[str, tuple[s
     return figures
 
 
+SEED_SPREAD = 0.14  # rows: vertical distance between the seeds of one row in the steps-to-learn figure
+
+
+def _spread(rows: pd.DataFrame) -> pd.Series:
+    """A vertical offset per seed of a row (seed order, centred on the row), so that seeds with the same steps
+    (or the same budget) are not drawn on top of each other; the steps themselves are not moved."""
+    order = rows.sort_values("seed" if "seed" in rows else "label", kind="stable").index
+    n = len(order)
+    step = min(SEED_SPREAD, 0.7 / (n - 1)) if n > 1 else 0.0
+    return pd.Series([(i - (n - 1) / 2) * step for i in range(n)], index=order)
+
+
 def plot_steps(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Steps-to-learn: a panel per task, a row per encoder label, a dot per seed (its first mastery check
-    that met the criterion); a seed that never did is a red cross at the right edge. ``runs``: one row
+    that met the criterion), the seeds of a row spread apart vertically so that equal values all show; a
+    seed that never did is a red cross at the right edge. ``runs``: one row
     per run with ``task``, ``label``, ``steps_to_learn``, ``learned`` and ``budget`` (where a seed that
     did not learn is drawn; its right edge when unknown). Writes ``steps_to_learn.png/.svg``."""
     plt = pyplot()
@@ -232,28 +296,50 @@ def plot_steps(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
         part = runs[runs["task"] == task]
         order = part.groupby("label")["steps_to_learn"].mean().sort_values(na_position="last").index.tolist()
         where = {name: i for i, name in enumerate(order)}
+        offset = pd.concat([_spread(rows) for _, rows in part.groupby("label")]) if len(part) else pd.Series()
+        row = part["label"].map(where) + offset.reindex(part.index)
         done = part[part["learned"]]
-        ax.plot(done["steps_to_learn"], done["label"].map(where), "o", color="tab:blue", alpha=0.7, markersize=4)
+        ax.plot(done["steps_to_learn"], row[done.index], "o", color="tab:blue", alpha=0.7, markersize=4)
         missed = part[~part["learned"]]
         at = budget.loc[missed.index].fillna(right * 1.08)  # a cross at the budget the seed spent
-        ax.plot(at, missed["label"].map(where), "x", color="tab:red", markersize=6)
+        ax.plot(at, row[missed.index], "x", color="tab:red", markersize=6)
         ax.set_yticks(range(len(order)), order, fontsize=7)
         ax.set_xlim(0, right * 1.15)
         ax.set_title(task, fontsize=9)
         ax.set_xlabel("steps to learn (x: not learned within its budget)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3, axis="x")
-    fig.suptitle("steps until held-out exact match reached the target (one dot per seed)", fontsize=10)
+    fig.suptitle("steps until held-out exact match reached the target (one dot per seed, a row's seeds spread "
+                 "vertically)", fontsize=10)
     paths = save_figure(fig, out_dir, "steps_to_learn")
     plt.close(fig)
     return paths
 
 
+def _chance(view: pd.DataFrame) -> list[float]:
+    """The chance token accuracies of ``view``'s runs: its ``chance_token_accuracy`` column, else each run's
+    answer alphabet read from its ``config`` (:func:`posenc.compare.chance_token_accuracy`); none when neither
+    is there (no line is guessed)."""
+    from posenc.compare import chance_token_accuracy
+
+    if "chance_token_accuracy" in view:
+        values = view["chance_token_accuracy"]
+    elif "config" in view:
+        values = pd.Series([chance_token_accuracy(c) for c in view["config"].dropna().unique()], dtype=float)
+    else:
+        return []
+    return sorted(float(v) for v in values.dropna().unique())
+
+
 def plot_positions(positions: pd.DataFrame, task: str, length: int, out_dir: Path) -> list[Path]:
     """Answer-token accuracy by position in the sequence at evaluation length ``length``, a line per encoder
-    label (correct / total pooled over seeds, per position bin); the training length marked. ``positions``:
-    the positions table joined with ``task``, ``label``, ``train_length``. Writes
+    label (correct / total pooled over seeds, per position bin) with Wilson's 95% interval of that pooled count
+    as a band (the tokens taken as independent: seed-to-seed variation is not in it); the training length and
+    chance (a uniform guess over the answer alphabet, where ``chance_token_accuracy`` or ``config`` is given)
+    marked. ``positions``: the positions table joined with ``task``, ``label``, ``train_length``. Writes
     ``<task>_accuracy_by_position.png/.svg``."""
+    from posenc.stats import wilson_interval
+
     plt = pyplot()
     view = positions[(positions["task"] == task) & (positions["eval_length"] == length)]
     pooled = view.groupby(["label", "position"], sort=True)[["correct", "total"]].sum().reset_index()
@@ -262,7 +348,15 @@ def plot_positions(positions: pd.DataFrame, task: str, length: int, out_dir: Pat
     fig, ax = plt.subplots(figsize=(7.6, 4.2), constrained_layout=True)
     for name in names:
         rows = pooled[pooled["label"] == name]
-        ax.plot(rows["position"], rows["correct"] / rows["total"], label=name, color=colours[name], linewidth=1.2)
+        share = rows["correct"] / rows["total"]
+        ax.plot(rows["position"], share, label=name, color=colours[name], linewidth=1.2)
+        band = [wilson_interval(float(p), float(n)) for p, n in zip(share, rows["total"])]
+        ax.fill_between(rows["position"], [b[0] for b in band], [b[1] for b in band], color=colours[name],
+                        alpha=0.18, linewidth=0)
+    for chance in _chance(view):
+        ax.axhline(chance, color="grey", linestyle="--", linewidth=0.8)
+        ax.annotate(f"chance {chance:.3g}", (1.0, chance), xycoords=("axes fraction", "data"), fontsize=7,
+                    color="grey", ha="right", va="bottom", xytext=(-2, 1), textcoords="offset points")
     for train in sorted(view["train_length"].unique()):
         ax.axvline(train, color="grey", linestyle=":", linewidth=1)
         ax.annotate(f"train {train}", (train, 0.0), xycoords=("data", "axes fraction"), fontsize=7, color="grey",
@@ -270,7 +364,8 @@ def plot_positions(positions: pd.DataFrame, task: str, length: int, out_dir: Pat
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel(f"position of the answer token in a {length}-token sequence")
     ax.set_ylabel("token accuracy")
-    ax.set_title(f"{task}: where answers fail at length {length} (learned runs, seeds pooled)", fontsize=10)
+    ax.set_title(f"{task}: where answers fail at length {length} (learned runs, seeds pooled; band: 95% Wilson "
+                 "interval of the pooled answer tokens)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     paths = save_figure(fig, out_dir, f"{task}_accuracy_by_position")
