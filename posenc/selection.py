@@ -139,7 +139,9 @@ def choices_markdown(table: pd.DataFrame) -> str:
 
 def missed_configurations(runs: list[Path], configs: list[dict], key: str, value: object) -> dict[str, list[str]]:
     """Task -> encoders (in the order of ``runs``) with a run at ``key == value`` that did not learn:
-    the configurations a fallback grid trains again at its next value (scripts/retry_not_learned.py)."""
+    the configurations a fallback grid trains again at its next value (scripts/retry_not_learned.py). Runs
+    whose sequence mixer is not attention group apart, under ``"<task> model.mixer=<mixer>"``: retrying
+    their encoder alone would train attention instead."""
     from posenc.tasks import has_mastery_criterion
 
     missed: dict[str, list[str]] = {}
@@ -149,7 +151,8 @@ def missed_configurations(runs: list[Path], configs: list[dict], key: str, value
         metrics = run_files.read_metrics(run)  # unfinished or damaged: one line
         task, encoder = (config.get("task") or {}).get("name"), (config.get("encoder") or {}).get("name")
         if not run_files.learned_from_metrics(metrics, has_mastery_criterion(task)):
-            encoders = missed.setdefault(task, [])
+            mixer = (config.get("model") or {}).get("mixer", "attention")
+            encoders = missed.setdefault(task if mixer == "attention" else f"{task} model.mixer={mixer}", [])
             if encoder not in encoders:
                 encoders.append(encoder)
     return missed

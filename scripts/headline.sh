@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The headline comparison in results/headline/: every encoder x copy, reverse and retrieval (MQAR) x 3 seeds
-# (conf/experiment/headline.yaml: copy and reverse, 3 layers; headline_retrieval.yaml: MQAR, 2 layers), evaluated at
+# (conf/experiment/headline.yaml: copy and reverse, 3 layers; headline_retrieval.yaml: MQAR, 2 layers, with CoPE,
+# PoPE and FoX, and Zoology's BaseConv gated convolution in place of attention), evaluated at
 # 1x, 2x, 4x ... 8192 tokens, aggregated into tables (training.*, comparison.*, choices.*), figures (*.png, *.svg)
 # and report.md. Protocol:
 #   1. every configuration trains at lr 3e-3 until held-out exact match reaches 0.99 (at most 8000 steps);
@@ -34,10 +35,14 @@ experiment_of() {  # the experiment file that trains a task
 
 start=$(date +%s)
 train experiment=headline_retrieval "$@"
+train experiment=headline_retrieval encoder=cope,pope,fox "$@"  # the 2026 encoders (copy: scripts/zoo.sh)
+# Zoology's gated convolution beside attention (the zoology2023_retrieval_mixers claim): NoPE with BaseConv mixers
+train experiment=headline_retrieval encoder=nope model.mixer=base_conv "$@"
 train experiment=headline "$@"
 retries=$("$python" scripts/retry_not_learned.py "$sweep" --lr "$lr")
-while read -r task encoders; do
-  [ -n "$task" ] && train "experiment=$(experiment_of "$task")" "$task" "$encoders" seed=0,1,2 "train.lr=$fallback" "$@"
+while read -r task encoders mixer; do  # mixer: model.mixer=... on a mixer's own line, else empty
+  [ -n "$task" ] && train "experiment=$(experiment_of "$task")" "$task" "$encoders" ${mixer:+"$mixer"} seed=0,1,2 \
+    "train.lr=$fallback" "$@"
 done <<< "$retries"
 trained=$(date +%s)
 "$posenc" runs --runs "$sweep" --out "$out"

@@ -1,5 +1,6 @@
 """Print the Hydra overrides that train again, at a fallback learning rate, every configuration of a sweep
-where a seed missed the mastery criterion: one line per task, e.g. ``task=copy encoder=nope,alibi``.
+where a seed missed the mastery criterion: one line per task, e.g. ``task=copy encoder=nope,alibi`` (runs with
+another sequence mixer on a line of their own: ``task=retrieval encoder=nope model.mixer=base_conv``).
 
     python scripts/retry_not_learned.py results/multirun/headline --lr 0.003
 
@@ -30,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     except PosencError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    for task, encoders in missed.items():
-        print(f"task={task} encoder={','.join(encoders)}")
+    for group, encoders in missed.items():
+        task, _, mixer = group.partition(" ")  # "retrieval model.mixer=base_conv": a mixer's runs apart
+        print(f"task={task} encoder={','.join(encoders)}" + (f" {mixer}" if mixer else ""))
     return 0
 
 

@@ -98,6 +98,9 @@ def test_missed_configurations_are_those_with_a_seed_that_did_not_learn_at_that_
     ])  # fmt: skip
     configs[3]["task"]["name"] = "reverse"
     assert missed_configurations(runs, configs, "train.lr", 0.003) == {"copy": ["nope"], "reverse": ["alibi"]}
+    configs[1]["model"] = {"mixer": "base_conv"}  # NoPE with BaseConv mixers: retried as that, not as attention
+    assert missed_configurations(runs, configs, "train.lr", 0.003) == {"copy model.mixer=base_conv": ["nope"],
+                                                                      "reverse": ["alibi"]}
     assert missed_configurations(runs, configs, "train.lr", 0.001) == {"copy": ["rope"]}
 
 
@@ -108,7 +111,9 @@ def test_retry_script_prints_one_override_line_per_task(tmp_path):
 
     import yaml
 
-    runs, configs = _runs(tmp_path, [("nope", 0.003, 0, None), ("alibi", 0.003, 0, None), ("rope", 0.003, 0, 9)])
+    runs, configs = _runs(tmp_path, [("nope", 0.003, 0, None), ("alibi", 0.003, 0, None), ("rope", 0.003, 0, 9),
+                                     ("zconv", 0.003, 0, None)])
+    configs[3]["encoder"]["name"], configs[3]["model"] = "nope", {"mixer": "base_conv"}
     for run, config in zip(runs, configs):
         (run / "config.yaml").write_text(yaml.safe_dump(config))
         (run / "checkpoint.pt").write_bytes(b"")  # what find_runs looks for
@@ -116,7 +121,8 @@ def test_retry_script_prints_one_override_line_per_task(tmp_path):
     result = subprocess.run([sys.executable, str(script), str(tmp_path), "--lr", "0.003"], capture_output=True,
                             text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["task=copy encoder=alibi,nope"]  # find_runs sorts the folders
+    assert result.stdout.splitlines() == ["task=copy encoder=alibi,nope",  # find_runs sorts the folders
+                                          "task=copy encoder=nope model.mixer=base_conv"]
     bad = subprocess.run([sys.executable, str(script), str(tmp_path / "none"), "--lr", "0.003"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: run directory not found")
