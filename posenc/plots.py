@@ -353,10 +353,10 @@ def plot_positions(positions: pd.DataFrame, task: str, length: int, out_dir: Pat
         band = [wilson_interval(float(p), float(n)) for p, n in zip(share, rows["total"])]
         ax.fill_between(rows["position"], [b[0] for b in band], [b[1] for b in band], color=colours[name],
                         alpha=0.18, linewidth=0)
-    for chance in _chance(view):
+    for chance in _chance(view):  # labelled at the left: answers come last, the right is where the lines are
         ax.axhline(chance, color="grey", linestyle="--", linewidth=0.8)
-        ax.annotate(f"chance {chance:.3g}", (1.0, chance), xycoords=("axes fraction", "data"), fontsize=7,
-                    color="grey", ha="right", va="bottom", xytext=(-2, 1), textcoords="offset points")
+        ax.annotate(f"chance {chance:.3g}", (0.0, chance), xycoords=("axes fraction", "data"), fontsize=7,
+                    color="grey", ha="left", va="bottom", xytext=(2, 1), textcoords="offset points")
     for train in sorted(view["train_length"].unique()):
         ax.axvline(train, color="grey", linestyle=":", linewidth=1)
         ax.annotate(f"train {train}", (train, 0.0), xycoords=("data", "axes fraction"), fontsize=7, color="grey",
