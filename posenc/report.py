@@ -67,7 +67,8 @@ def _figures(results: Results, comparison: pd.DataFrame, out_dir: Path) -> dict[
         figures[("steps",)] = plot_steps(mastered, out_dir)[0]
     learned_rows = ev[(ev["scaling"] == NO_SCALING) & ev["depth"].isna() & ev["learned"].astype(bool)]
     pos = results.positions.merge(learned_rows[["run_id", "eval_length", "scaling", "task", "train_length",
-                                                "encoder", "variant"]], on=["run_id", "eval_length", "scaling"])
+                                                "encoder", "variant", "config"]],  # config: the chance line
+                        on=["run_id", "eval_length", "scaling"])
     pos = pos.assign(label=labels(pos.assign(depth=float("nan"))))
     for task in sorted(pos["task"].unique()):
         length = _position_length(pos[pos["task"] == task])
