@@ -196,6 +196,7 @@ def compare(
         if choose is not None:
             check_choose_key(choose)
         found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable))
+        given = {run_identity(run_config(run)).run_id for run in found}  # with --extend: these replace their past
         choices = None
         if choose is not None:
             found, choices = choose_runs(found, [run_config(run) for run in found], choose)
@@ -210,7 +211,7 @@ def compare(
         console.print(f"{len(new.evaluations)} new evaluations", highlight=False)
         run_ids = {run_identity(run_config(run)).run_id for run in found}
         comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), choices,
-                                                  extend=extend)
+                                                  extend=extend, replaced=given)
     except PosencError as err:
         fail(str(err))
     except OSError as err:

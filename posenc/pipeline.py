@@ -60,17 +60,18 @@ def store_into(out: Path, new: Results) -> list[Path]:
 
 def compare_into(
     out: Path, new: Results, run_ids: set[str], lengths: list[int] | None, command: str,
-    choices: pd.DataFrame | None = None, extend: bool = False,
+    choices: pd.DataFrame | None = None, extend: bool = False, replaced: set[str] = frozenset(),
 ) -> tuple[pd.DataFrame, list[Path], dict]:
     """Merge ``new`` into ``out``'s store, then aggregate ``run_ids`` and write tables, figures, report;
     ``choices``: how the runs were chosen among candidates (``--choose``), written beside them.
 
     ``extend``: also aggregate the runs ``out``'s comparison already covers, from ``out``'s tables (their run
     folders need not exist here: runs trained elsewhere stay in the comparison), with their ``choices`` and at
-    the lengths it covers as well as ``lengths``."""
+    the lengths it covers as well as ``lengths``; of its runs, those in ``replaced`` (the runs given this time,
+    before any ``--choose``) are compared only if in ``run_ids``: a candidate not chosen now leaves it."""
     with updating(out) as stage:  # a parallel command into the same folder merges, never overwrites
         if extend:
-            run_ids, choices = _extended(out, run_ids, choices)
+            run_ids, choices = _extended(out, run_ids, choices, replaced)
             if lengths is not None:  # the comparison keeps its lengths and gains these
                 lengths = sorted(set(lengths) | set(_compared_lengths(out)))
         merged = merge(read_results(out), new)
@@ -104,10 +105,11 @@ def check_extendable(out: Path) -> set[str]:
     return compared
 
 
-def _extended(out: Path, run_ids: set[str], choices: pd.DataFrame | None
+def _extended(out: Path, run_ids: set[str], choices: pd.DataFrame | None, replaced: set[str] = frozenset()
               ) -> tuple[set[str], pd.DataFrame | None]:
-    """``run_ids`` and ``choices`` with those of ``out``'s comparison added (``posenc compare --extend``)."""
-    compared = check_extendable(out)
+    """``run_ids`` and ``choices`` with those of ``out``'s comparison added (``posenc compare --extend``), but
+    for the runs ``replaced``: given again, they are compared now only if ``run_ids`` holds them."""
+    compared = check_extendable(out) - set(replaced)
     earlier = read_table(out, CHOICES_STEM)
     if earlier is not None and choices is not None:
         choices = pd.concat([earlier, choices], ignore_index=True).drop_duplicates(
