@@ -48,6 +48,11 @@ MemoryOption = Annotated[
     typer.Option("--memory-check/--no-memory-check", help="Refuse, before any work, an evaluation estimated to "
                  "need more memory than is available (--no-memory-check: try anyway)."),
 ]
+MaxHoursOption = Annotated[
+    float,
+    typer.Option("--max-hours", help="Refuse, before any work, an evaluation estimated to take longer than this "
+                 "many hours (inf: no limit); one estimated over a minute is announced."),
+]
 FactorOption = Annotated[
     Optional[float],
     typer.Option("--rope-factor", help="Fixed extension factor for --rope-scaling (default: follows the "
@@ -92,6 +97,7 @@ def extrapolate(
     rope_factor: FactorOption = None,
     include_not_learned: NotLearnedOption = False,
     memory_check: MemoryOption = True,
+    max_hours: MaxHoursOption = 24.0,
 ) -> None:
     """Evaluate trained runs at each length and write tidy tables (CSV, Parquet, Markdown).
 
@@ -99,7 +105,7 @@ def extrapolate(
     by answer position in positions.parquet. With --rope-scaling, rotary runs are also evaluated under each
     RoPE extension method (a `scaling` column).
     """
-    from posenc.extrapolate import distinct_runs, not_learned_note, scaling_note
+    from posenc.extrapolate import check_max_hours, distinct_runs, not_learned_note, scaling_note
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.folders import check_destination
     from posenc.pipeline import store_into
@@ -109,6 +115,7 @@ def extrapolate(
 
     unreadable: list[str] = []
     try:
+        check_max_hours(max_hours)
         wanted = parse_lengths(lengths)
         scalings = parse_scalings(rope_scaling, rope_factor)
         check_eval_options(sequences, device)
@@ -116,7 +123,8 @@ def extrapolate(
         check_destination(out)
         read_results(out)  # read before the long work: a bad --out or damaged table fails early
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, scalings=scalings,
-                                         memory_check=memory_check, include_not_learned=include_not_learned)
+                                         memory_check=memory_check, include_not_learned=include_not_learned,
+                                         max_hours=max_hours)
         paths = store_into(out, new)
     except PosencError as err:
         fail(str(err))
@@ -172,13 +180,14 @@ def compare(
     ] = False,
     include_not_learned: NotLearnedOption = False,
     memory_check: MemoryOption = True,
+    max_hours: MaxHoursOption = 24.0,
 ) -> None:
     """Aggregate runs across seeds (only runs of one configuration are pooled): mean and 95% interval per
     encoder, task and length; tables, figures, report.md with literature checks.
 
     Reuses evaluations in OUT's tables, evaluates only missing (run, length) pairs, never trains.
     """
-    from posenc.extrapolate import distinct_runs, not_learned_note, run_config, scaling_note
+    from posenc.extrapolate import check_max_hours, distinct_runs, not_learned_note, run_config, scaling_note
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.folders import check_destination
     from posenc.pipeline import check_extendable, compare_into
@@ -188,6 +197,7 @@ def compare(
 
     unreadable: list[str] = []
     try:
+        check_max_hours(max_hours)
         wanted = parse_lengths(lengths) if lengths is not None else None
         if wanted is None:
             parse_lengths(str(up_to))  # same range check as --lengths
@@ -207,7 +217,8 @@ def compare(
         done = frozenset() if previous is None else previous.done()
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, up_to=up_to,
                                          scalings=scalings, done=done, allow_empty=previous is not None,
-                                         memory_check=memory_check, include_not_learned=include_not_learned)
+                                         memory_check=memory_check, include_not_learned=include_not_learned,
+                                         max_hours=max_hours)
         console.print(f"{len(new.evaluations)} new evaluations", highlight=False)
         run_ids = {run_identity(run_config(run)).run_id for run in found}
         comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), choices,

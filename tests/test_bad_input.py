@@ -161,6 +161,12 @@ CASES = [
     # work that cannot fit in memory, refused before it starts (--no-memory-check overrides)
     ("sequences beyond memory", ["extrapolate", "--runs", "{run}", "--sequences", "2000000000", "--out", "{out}"]),
     ("sequences beyond memory to compare", ["compare", "--runs", "{run}", "--sequences", "2000000000", "--out", "{tmp}/c"]),
+    # work that would take longer than --max-hours (default 24 h), refused before it starts
+    ("lengths beyond the time limit", ["extrapolate", "--runs", "{run}", "--lengths", "1048576", "--sequences", "100000",
+                                       "--include-not-learned", "--no-memory-check", "--out", "{out}"]),
+    ("lengths beyond the time limit to compare", ["compare", "--runs", "{run}", "--lengths", "1048576", "--sequences",
+                                                  "100000", "--include-not-learned", "--no-memory-check", "--out",
+                                                  "{tmp}/c"]),
     # a comma list without -m is a sweep Hydra refuses in six lines
     ("sweep without -m", ["train", "encoder=rope,alibi"]),
     ("sweep of seeds without -m", ["train", "seed=0,1"]),
