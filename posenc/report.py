@@ -124,8 +124,8 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
         key = choices["key"].iloc[0]
         parts.append(f"## Runs compared: `{key}` chosen per configuration\n\n"
                      f"Where runs differ only in `{key}`, the value compared is the one whose seeds learned best "
-                     "at the training length (most seeds learned, then fewest mean steps-to-learn; "
-                     "`posenc.selection`): nothing past the training length is looked at.\n\n" + section + "\n")
+                     "at the training length (most seeds learned, then fewest mean steps-to-learn, then the "
+                     "closest to learning; `posenc.selection`): nothing past the training length is looked at.\n\n" + section + "\n")
     trained = comparison[comparison["scaling"] == NO_SCALING]
     scaled_encoders = set(comparison.loc[comparison["scaling"] != NO_SCALING, "encoder"])
     steps = steps_table(comparison)

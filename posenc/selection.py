@@ -8,7 +8,9 @@ is the one whose seeds learned best at the training length:
 
 1. the most seeds that met the mastery criterion (held-out checks at the training length);
 2. then the fewest mean steps-to-learn over those seeds;
-3. then the value that sorts first (a deterministic tie-break).
+3. then the highest mean exact match at the training length at the end of training (``metrics.json``):
+   where no candidate learned, the one that came closest;
+4. then the value that sorts first (a deterministic tie-break).
 
 Nothing past the training length is looked at, so the choice cannot favour extrapolation. The candidates,
 their scores and the choice are a table (``choices.*`` in the comparison folder, and a report section).
@@ -45,8 +47,14 @@ def _candidate_rows(runs: list[Path], key: str, configs: list[dict]) -> pd.DataF
             "run": run, "group": run_identity(_without(config, key)).config_id, "task": task,
             "encoder": (config.get("encoder") or {}).get("name"), "value": flat.get(key), "seed": config.get("seed"),
             "learned": learned, "steps_to_learn": float(steps) if learned and steps is not None else math.nan,
+            "exact_match": _number(metrics.get("exact_match")),
         })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def _number(value: object) -> float:
+    """A metric from metrics.json as a float; NaN where absent or not a number."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
 def _without(config: dict, key: str) -> dict:
@@ -101,12 +109,14 @@ def choose_runs(runs: list[Path], configs: list[dict], key: str) -> tuple[list[P
         .groupby(["group", "value_text"], sort=False)
         .agg(task=("task", "first"), encoder=("encoder", "first"), value=("value", "first"),
              seeds=("seed", lambda s: ",".join(str(x) for x in sorted(s))), n_learned=("learned", "sum"),
-             n_trained=("learned", "size"), steps_to_learn=("steps_to_learn", "mean"))
+             n_trained=("learned", "size"), steps_to_learn=("steps_to_learn", "mean"),
+             _exact=("exact_match", "mean"))
         .reset_index()
     )  # fmt: skip
     steps = candidates["steps_to_learn"].fillna(math.inf)
-    order = candidates.assign(_steps=steps).sort_values(["group", "n_learned", "_steps", "value_text"],
-                                                        ascending=[True, False, True, True])
+    exact = candidates["_exact"].fillna(-math.inf)
+    order = candidates.assign(_steps=steps, _em=exact).sort_values(
+        ["group", "n_learned", "_steps", "_em", "value_text"], ascending=[True, False, True, False, True])
     winners = order.groupby("group", sort=False).head(1).index
     candidates["chosen"] = candidates.index.isin(winners)
     chosen = set(zip(candidates.loc[winners, "group"], candidates.loc[winners, "value_text"]))

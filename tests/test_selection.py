@@ -143,3 +143,15 @@ def test_report_reads_a_choices_table_from_before_config_id(tmp_path):
     _, table = choose_runs(runs, configs, "train.lr")
     old = table.drop(columns="config_id")
     assert choices_markdown(old) == choices_markdown(table) != ""
+
+
+def test_where_no_candidate_learned_the_one_closest_to_learning_is_compared(tmp_path):
+    """BaseConv on MQAR at lr 1e-3 and 3e-3, no seed learned at either: the value that sorts first (1e-3) must
+    not win by default when 3e-3 came closer (in-distribution exact match at the end of training)."""
+    runs, configs = _runs(tmp_path, [("nope", 0.001, 0, None), ("nope", 0.001, 1, None),
+                                     ("nope", 0.003, 0, None), ("nope", 0.003, 1, None)])
+    for run, exact in zip(runs, (0.0, 0.01, 0.41, 0.02)):
+        metrics = json.loads((run / "metrics.json").read_text())
+        (run / "metrics.json").write_text(json.dumps({**metrics, "exact_match": exact}))
+    keep, table = choose_runs(runs, configs, "train.lr")
+    assert keep == runs[2:] and list(table["chosen"]) == [False, True]
