@@ -202,7 +202,7 @@ def test_identity_ignores_the_default_mixer_so_earlier_runs_keep_their_ids():
 
 def test_every_committed_run_id_is_what_its_config_gives_with_the_default_mixer():
     """The committed tables' run_id and config_id, recomputed from each run's configuration with
-    model.mixer=attention added, as training writes it now."""
+    model.mixer=attention added where it has none, as training writes it now."""
     tables = sorted((Path(__file__).parent.parent / "results").glob("*/extrapolation.parquet"))
     assert tables
     checked = 0
@@ -210,7 +210,7 @@ def test_every_committed_run_id_is_what_its_config_gives_with_the_default_mixer(
         ev = pd.read_parquet(table, columns=["run_id", "config_id", "seed", "config"]).drop_duplicates("run_id")
         for run_id, config_id, seed, config in ev.itertuples(index=False):
             full = {**json.loads(config), "seed": int(seed)}
-            full["model"] = {**full["model"], "mixer": "attention"}
+            full["model"] = {"mixer": "attention", **full["model"]}  # BaseConv runs keep their own mixer
             identity = run_identity(full)
             assert (identity.run_id, identity.config_id) == (run_id, config_id), table
             checked += 1
