@@ -205,17 +205,18 @@ def compare(
         check_eval_options(sequences, device)
         if choose is not None:
             check_choose_key(choose)
-        found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable))
+        weighable = extend and choose is not None  # candidates evaluated before, brought back without weights
+        found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable, weightless=weighable))
         given = {run_identity(run_config(run)).run_id for run in found}  # with --extend: these replace their past
         choices = None
         if choose is not None:
             found, choices = choose_runs(found, [run_config(run) for run in found], choose)
         check_destination(out)
         previous = read_results(out)  # read before the long work: a bad --out fails early
-        if extend:
-            check_extendable(out)
+        compared = check_extendable(out) if extend else set()
+        weightless = _weightless_runs(found, compared)
         done = frozenset() if previous is None else previous.done()
-        new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, up_to=up_to,
+        new, skipped = run_extrapolation([run for run in found if run not in weightless], wanted, sequences=sequences, device=device, up_to=up_to,
                                          scalings=scalings, done=done, allow_empty=previous is not None,
                                          memory_check=memory_check, include_not_learned=include_not_learned,
                                          max_hours=max_hours)
@@ -292,6 +293,21 @@ def runs(
     print_notes(notes)
     if paths:
         console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
+
+
+def _weightless_runs(found: list[Path], compared: set[str]) -> set[Path]:
+    """The runs in ``found`` without a checkpoint (``compare --extend --choose`` candidates); each must be in
+    OUT's comparison (``compared``, its run ids) already, since it cannot be evaluated again."""
+    from posenc.extrapolate import run_config
+    from posenc.files import CHECKPOINT_FILE
+    from posenc.store import run_identity
+
+    weightless = {run for run in found if not (run / CHECKPOINT_FILE).exists()}
+    for run in sorted(weightless):
+        if run_identity(run_config(run)).run_id not in compared:
+            raise PosencError(f"{run} was chosen but has no {CHECKPOINT_FILE}, and the comparison in --out holds no "
+                              "evaluation of it; restore its checkpoint or train it again")
+    return weightless
 
 
 def _default_runs() -> list[Path]:

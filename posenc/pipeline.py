@@ -41,6 +41,16 @@ def select(results: Results, run_ids: set[str], lengths: list[int] | None) -> Re
                    results.positions.merge(pick, on=keys))
 
 
+def compared_results(out: Path) -> Results:
+    """The evaluations ``out``'s comparison aggregates (its runs, at its lengths), read from its tables alone:
+    what its report judged, for scripts that judge more (scripts/scale_check.py)."""
+    results, run_ids = read_results(out), _compared_run_ids(out)
+    if results is None or run_ids is None:
+        raise PosencError(f"{out} holds no comparison (no extrapolation.parquet and {TABLE_STEM}.parquet); run "
+                          "`posenc compare --out` there first")
+    return select(results, run_ids, _compared_lengths(out))
+
+
 def _write(out: Path, chosen: Results, command: str, choices: pd.DataFrame | None
            ) -> tuple[pd.DataFrame, list[Path], dict]:
     comparison = aggregate(chosen)

@@ -13,17 +13,21 @@ import torch
 
 from posenc.config import RunConfig, run_config_from_dict
 from posenc.errors import PosencError
-from posenc.files import CHECKPOINT_FILE, check_regular
+from posenc.files import CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, check_regular
 
 
-def find_runs(paths: list[Path], unreadable: list[str] | None = None) -> list[Path]:
+def find_runs(paths: list[Path], unreadable: list[str] | None = None, weightless: bool = False) -> list[Path]:
     """Run directories named in ``paths`` and every one below them, sorted: a sweep folder's runs, and the
     runs with overrides that `posenc train` nests inside the default run's folder
     (``runs/copy/rope/seed0/train.steps=100/``). Symlinked folders below ``paths`` are not followed (name
     them in ``paths``).
 
     A folder that cannot be listed (no permission) may hold runs: it is never passed over in silence. Each
-    is a line in ``unreadable`` when given (the command reports them as skipped), else an error."""
+    is a line in ``unreadable`` when given (the command reports them as skipped), else an error.
+
+    ``weightless``: also finished runs whose checkpoint was removed after they were evaluated (a folder with
+    ``metrics.json`` and ``config.yaml``): ``compare --extend --choose`` weighs them as candidates, and a chosen
+    one is aggregated from OUT's tables (runs trained on a GPU and evaluated there, brought back without weights)."""
     runs: set[Path] = set()
     problems: list[str] = []
     for path in paths:
@@ -37,7 +41,7 @@ def find_runs(paths: list[Path], unreadable: list[str] | None = None) -> list[Pa
                             "out (make it readable to include them)")
 
         for root, _, names in os.walk(path, onerror=report):
-            if CHECKPOINT_FILE in names:
+            if CHECKPOINT_FILE in names or (weightless and {METRICS_FILE, CONFIG_FILE} <= set(names)):
                 runs.add(Path(root))
     if problems and unreadable is None:
         raise PosencError(problems[0])

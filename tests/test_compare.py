@@ -401,3 +401,28 @@ def test_torch_free_task_facts_are_the_tasks_own(name):
         alphabet = TASKS[name].answer_alphabet if name == "lm" else build_task(name, given).answer_alphabet
         chance = chance_token_accuracy(json.dumps({"task": {"name": name, **given}}))
         assert chance == (1 / alphabet if alphabet else pytest.approx(math.nan, nan_ok=True))
+
+
+def test_compare_extend_choose_weighs_candidates_brought_back_without_weights(trained_runs: Path, tmp_path):
+    """Runs evaluated elsewhere and brought back without their checkpoints (metrics.json and config.yaml only)
+    still count as `--choose` candidates under `--extend`: the choice is the one made with every checkpoint
+    present, and the configuration is compared once (a candidate not chosen leaves the comparison)."""
+    sweep = tmp_path / "other"
+    result = posenc_cli("train", "-m", "encoder=rope", *TINY, *LEARNS, "train.steps=6",
+                        f"hydra.sweep.dir={sweep}", cwd=tmp_path, learns=True)
+    assert result.returncode == 0, result.stderr
+    runs = tmp_path / "runs"
+    shutil.copytree(trained_runs, runs / "a")
+    shutil.copytree(sweep, runs / "b")
+    out = tmp_path / "cmp"
+    args = ("--runs", str(runs), "--lengths", "16", "--sequences", "4", "--out", str(out), "--choose", "train.steps")
+    assert posenc_cli("compare", *args, cwd=tmp_path).returncode == 0
+    before = pd.read_parquet(out / "choices.parquet")
+    for checkpoint in (runs / "b").rglob("checkpoint.pt"):
+        checkpoint.unlink()  # b's runs: evaluated, then their weights left behind
+    extended = posenc_cli("compare", *args, "--extend", cwd=tmp_path)
+    assert extended.returncode == 0, extended.stderr
+    after = pd.read_parquet(out / "choices.parquet")
+    assert list(after.query("encoder == 'rope'")["chosen"]) == list(before.query("encoder == 'rope'")["chosen"])
+    rope = pd.read_parquet(out / "comparison.parquet").query("encoder == 'rope'")
+    assert len(rope) == 1 and list(rope["variant"]) == [""]  # one configuration, not both candidates
