@@ -18,17 +18,7 @@ import torch
 from posenc import files as run_files
 from posenc import runs as run_dirs
 from posenc.errors import PosencError
-
-# Config keys that do not change what is trained, so a run may resume under other values of them.
-NEUTRAL_KEYS = ("progress", "resume", "paths", "device", "logger")
-# Nested keys that choose how, not what, is computed (same results within fp32 tolerance), or only how often
-# progress is logged (log_every: the results store already ignores it): a run may be resumed with other
-# values, and a run recorded before they existed still resumes.
-NEUTRAL_NESTED = {"train": ("compile", "log_every"), "model": ("attention",)}
-# Nested keys added later, at the value every run recorded before them had: a checkpoint without the key
-# compares as if it held that value (model.mixer: attention).
-LATER_DEFAULTS = {"model": {"mixer": "attention"}}
-
+from posenc.store import without_neutral
 
 class TrainingInterrupted(PosencError):
     """A stop signal arrived; a checkpoint was saved, and the process should exit with ``exit_code``."""
@@ -62,14 +52,9 @@ def set_rng_states(states: dict[str, Any], data: torch.Generator) -> None:
 
 
 def comparable(config: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in config.items() if k not in NEUTRAL_KEYS}
-    for group, keys in NEUTRAL_NESTED.items():
-        if isinstance(out.get(group), dict):
-            out[group] = {k: v for k, v in out[group].items() if k not in keys}
-    for group, defaults in LATER_DEFAULTS.items():
-        if isinstance(out.get(group), dict):
-            out[group] = {**defaults, **out[group]}
-    return out
+    """What must match for a run to resume: ``config`` without the run-neutral keys
+    (:data:`posenc.store.RUN_NEUTRAL_KEYS`, the one list identity and Hydra's folder names use too)."""
+    return without_neutral(config)
 
 
 def config_difference(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> str | None:

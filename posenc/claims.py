@@ -452,14 +452,18 @@ def check(claim: Claim, evidence: Evidence) -> Verdict:
     return Verdict(claim, outcome, tuple(c.line for c in checks), tuple(checks))
 
 
-def paper_vs_posenc(claim: Claim, evidence: Evidence,
-                    level: float = 0.95) -> list[tuple[Reported, Estimate, tuple[int, ...]]]:
+def paper_vs_posenc(claim: Claim, evidence: Evidence, level: float = 0.95,
+                    others: Sequence[Side] = ()) -> list[tuple[Reported, Estimate, tuple[int, ...]]]:
     """For each of the claim's :attr:`~Claim.reported` numbers: posenc's value for that side over the claim's
     primary window (its own lengths there, pooled as :func:`check` pools them; an all-NaN estimate where it
-    was not evaluated), at ``level`` (default 95%: a description, not a test), and the lengths pooled."""
+    was not evaluated), at ``level`` (default 95%: a description, not a test), and the lengths pooled. Then
+    the same for each of ``others`` the paper did not run (its :class:`Reported` value NaN), so that a reader
+    sees every encoder of the comparison on the paper's quantity."""
     metric, higher = _asked_metric(claim.metric), claim.metric in HIGHER_BETTER
+    named = {r.side for r in claim.reported}
+    extra = tuple(Reported(side, math.nan) for side in others if side not in named)
     rows = []
-    for reported in claim.reported:
+    for reported in (*claim.reported, *extra):
         lengths = _window_lengths(evidence, claim, reported.side, claim.windows[0])
         parts = [evidence.at_length(claim.task, reported.side, n, metric) or {} for n in lengths]
         sizes = [max(np.asarray(v).size for v in part.values()) for part in parts]

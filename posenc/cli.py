@@ -192,7 +192,8 @@ def compare(
     from posenc.folders import check_destination
     from posenc.pipeline import check_extendable, compare_into
     from posenc.runs import find_runs
-    from posenc.selection import check_choose_key, choose_runs
+    from posenc.selection import CHOICES_STEM, check_choose_key, choose_runs, losing_runs
+    from posenc.tables import read_table
     from posenc.store import read_results, run_identity
 
     unreadable: list[str] = []
@@ -209,14 +210,18 @@ def compare(
         found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable, weightless=weighable))
         given = {run_identity(run_config(run)).run_id for run in found}  # with --extend: these replace their past
         choices = None
-        if choose is not None:
-            found, choices = choose_runs(found, [run_config(run) for run in found], choose)
         check_destination(out)
         previous = read_results(out)  # read before the long work: a bad --out fails early
         compared = check_extendable(out) if extend else set()
+        if choose is not None:  # with --extend: OUT's candidates are weighed too, and its losing runs leave
+            earlier = read_table(out, CHOICES_STEM) if extend else None
+            found, choices = choose_runs(found, [run_config(run) for run in found], choose, earlier)
+            if extend and previous is not None:
+                given |= losing_runs(previous.evaluations, choices, choose)
         weightless = _weightless_runs(found, compared)
         done = frozenset() if previous is None else previous.done()
-        new, skipped = run_extrapolation([run for run in found if run not in weightless], wanted, sequences=sequences, device=device, up_to=up_to,
+        evaluated = [run for run in found if run not in weightless]
+        new, skipped = run_extrapolation(evaluated, wanted, sequences=sequences, device=device, up_to=up_to,
                                          scalings=scalings, done=done, allow_empty=previous is not None,
                                          memory_check=memory_check, include_not_learned=include_not_learned,
                                          max_hours=max_hours)

@@ -7,6 +7,7 @@ regenerated from the committed tables by one command and can be checked for stal
 from __future__ import annotations
 
 import json
+import math
 
 from datetime import datetime, timezone
 from pathlib import Path
@@ -190,10 +191,11 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
                      "or was not run.\n")
         parts.append("\n".join(v.markdown() for v in verdicts) + "\n")
         for claim in (v.claim for v in verdicts if v.claim.reported):
-            rows = paper_vs_posenc(claim, evidence)
+            mine = trained[(trained["task"] == claim.task) & (trained["variant"].fillna("") == "")]
+            rows = paper_vs_posenc(claim, evidence, others=[Side(e) for e in sorted(mine["encoder"].unique())])
             table = pd.DataFrame({
                 "encoder": [r.side.label() for r, _, _ in rows],
-                "paper": [f"{r.value:.3f}" for r, _, _ in rows],
+                "paper": ["—" if math.isnan(r.value) else f"{r.value:.3f}" for r, _, _ in rows],
                 f"posenc {claim.windows[0].label()}": [est.format() for _, est, _ in rows],
                 "lengths": [", ".join(map(str, n)) or "—" for _, _, n in rows]})
             parts.append(f"**{claim.source.split(',')[0]} ({claim.task}): paper vs posenc** "

@@ -70,29 +70,72 @@ def _without(config: dict, key: str) -> dict:
     return out
 
 
+def _with_earlier(candidates: pd.DataFrame, earlier: pd.DataFrame) -> pd.DataFrame:
+    """``candidates`` (one row per group and value) pooled with ``earlier``'s rows of the same group and value
+    whose seeds are all new to it, and with ``earlier``'s other rows of the groups given now added."""
+    earlier = earlier[earlier["config_id"].isin(set(candidates["group"]))]
+    rows = candidates.assign(_key=candidates["value"].map(str)).to_dict("records")
+    index = {(r["group"], r["_key"]): r for r in rows}
+    for old in earlier.to_dict("records"):
+        seeds = {s for s in str(old["seeds"]).split(",") if s}
+        row = index.get((old["config_id"], str(old["value"])))
+        if row is None:  # a value weighed before and not given now: still a candidate
+            rows.append({"group": old["config_id"], "value_text": json.dumps(old["value"]), "task": old["task"],
+                         "encoder": old["encoder"], "value": old["value"], "seeds": old["seeds"],
+                         "n_learned": old["n_learned"], "n_trained": old["n_trained"],
+                         "steps_to_learn": old["steps_to_learn"], "_exact": math.nan, "_key": str(old["value"])})
+            continue
+        mine = set(str(row["seeds"]).split(","))
+        if seeds & mine:  # the same runs given again: the new row holds them
+            continue
+        learned = row["n_learned"] + old["n_learned"]
+        steps = [(m, n) for m, n in ((row["steps_to_learn"], row["n_learned"]),
+                                     (old["steps_to_learn"], old["n_learned"])) if n and not math.isnan(m)]
+        row.update(seeds=",".join(sorted(mine | seeds, key=int)), n_learned=learned,
+                   n_trained=row["n_trained"] + old["n_trained"],
+                   steps_to_learn=sum(m * n for m, n in steps) / sum(n for _, n in steps) if steps else math.nan)
+    return pd.DataFrame(rows).drop(columns="_key")
+
+
+def losing_runs(evaluations: pd.DataFrame, table: pd.DataFrame, key: str) -> set[str]:
+    """The run ids in ``evaluations`` (OUT's table: ``run_id`` and its identity ``config``) that belong to a
+    candidate ``table`` did not choose: under ``compare --extend --choose`` they leave the comparison."""
+    lost = {(g, str(v)) for g, v, c in zip(table["config_id"], table["value"], table["chosen"]) if not c}
+    out = set()
+    for run_id, text in evaluations[["run_id", "config"]].drop_duplicates("run_id").itertuples(index=False):
+        config = json.loads(text)
+        if (run_identity(_without(config, key)).config_id, str(_flatten(config).get(key))) in lost:
+            out.add(run_id)
+    return out
+
+
 def check_choose_key(key: str) -> None:
     """Refuse a ``--choose`` key that cannot name a setting to choose: the seed (seeds of one configuration are
     pooled; keeping the best seed would report luck) and keys that do not change what a run computes (left out
     of its identity: the device, logging, checkpoint interval, ...)."""
-    from posenc.store import _NOT_IDENTITY, _NOT_IDENTITY_MODEL, _NOT_IDENTITY_TRAIN
+    from posenc.store import RUN_NEUTRAL_KEYS
 
-    head, _, rest = key.partition(".")
+    head = key.partition(".")[0]
     if key == "seed":
         raise PosencError("--choose seed: seeds of one configuration are pooled, never chosen among (keeping the "
                           "best seed would report luck); choose a setting, e.g. --choose train.lr")
-    if (head in _NOT_IDENTITY or (head == "train" and rest in _NOT_IDENTITY_TRAIN)
-            or (head == "model" and rest in _NOT_IDENTITY_MODEL)):
+    if head == "hydra" or key in RUN_NEUTRAL_KEYS or head in RUN_NEUTRAL_KEYS:
         raise PosencError(f"--choose {key}: {key} does not change what a run computes (it is not part of a run's "
                           "identity), so there is nothing to choose; choose a setting, e.g. --choose train.lr")
 
 
-def choose_runs(runs: list[Path], configs: list[dict], key: str) -> tuple[list[Path], pd.DataFrame]:
+def choose_runs(runs: list[Path], configs: list[dict], key: str,
+                earlier: pd.DataFrame | None = None) -> tuple[list[Path], pd.DataFrame]:
     """The runs of the chosen candidate of each configuration, and the table of every candidate.
 
     Args:
         runs: finished run directories.
         configs: their resolved ``config.yaml`` mappings, in the same order.
         key: dotted config key the candidates differ in, e.g. ``train.lr``.
+        earlier: an earlier choice's table (``compare --extend``: OUT's ``choices``), whose candidates are
+            weighed too: a configuration's candidate there with seeds not given now pools with the one given
+            (seeds, learned counts, steps-to-learn), so a seed trained later joins its configuration's
+            earlier seeds; a candidate only there stays a candidate (its runs are in OUT's tables).
 
     Returns:
         ``(chosen runs, table)``; the table has a row per (configuration, value of ``key``): :data:`COLUMNS`.
@@ -113,6 +156,8 @@ def choose_runs(runs: list[Path], configs: list[dict], key: str) -> tuple[list[P
              _exact=("exact_match", "mean"))
         .reset_index()
     )  # fmt: skip
+    if earlier is not None and not earlier.empty:
+        candidates = _with_earlier(candidates, earlier[earlier["key"] == key])
     steps = candidates["steps_to_learn"].fillna(math.inf)
     exact = candidates["_exact"].fillna(-math.inf)
     order = candidates.assign(_steps=steps, _em=exact).sort_values(

@@ -39,13 +39,46 @@ SEQUENCE_COLUMNS = [*KEY, "sequence", "exact_match", "token_accuracy", "loss"]
 POSITION_COLUMNS = [*KEY, "position", "bin_width", "correct", "total"]
 NO_DEPTH = -1.0  # the depth key of rows without one (NaN never equals itself in a key)
 
-# Config keys that do not change what a run computes: left out of its identity.
-_NOT_IDENTITY = {"seed", "device", "progress", "resume", "paths", "hydra", "logger"}
-_NOT_IDENTITY_TRAIN = {"compile", "log_every", "checkpoint_every", "eval_sequences"}
-_NOT_IDENTITY_MODEL = {"attention"}
-# Keys added after runs were recorded, left out of the identity at their default value (the value every
-# earlier run had), so that the run_id and config_id of every earlier run stay what they were.
-_DEFAULT_MODEL = {"mixer": "attention"}
+# The one declaration of the config keys that do not change what a run computes (dotted for nested keys). From
+# it: a run's identity leaves them out (run_identity), a run resumes under other values of them
+# (posenc.checkpoint.comparable), --choose refuses them (posenc.selection), and Hydra leaves them out of a run's
+# folder name (conf/config.yaml's override_dirname.exclude_keys, held equal to this by tests/test_store.py).
+RUN_NEUTRAL_KEYS = (
+    "device", "progress", "resume", "paths", "logger",  # where and how it runs, and what it reports to
+    "train.compile", "model.attention",  # how, not what: the same results within fp32 tolerance
+    "train.log_every", "train.checkpoint_every",  # how often it reports and saves
+    "train.eval_sequences",  # the size of the final check at L, after training: what is trained is the same
+)  # fmt: skip
+# Keys added after runs were recorded, at the value every earlier run had: a config without the key is the same
+# run as one holding that value (left out where it holds it), so every earlier run keeps its identity and resumes.
+LATER_DEFAULTS = {"model.mixer": "attention"}
+_NOT_IDENTITY = {"seed", "hydra"}  # the seed is in run_id, not config_id; hydra: Hydra's own settings
+
+
+def without_neutral(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (a resolved config mapping) without :data:`RUN_NEUTRAL_KEYS`, and without each of
+    :data:`LATER_DEFAULTS` where it holds that default: what two configs of the same run share (a copy)."""
+    out = dict(config)
+    for key in RUN_NEUTRAL_KEYS:
+        _drop(out, key)
+    for key, default in LATER_DEFAULTS.items():
+        _drop(out, key, only_if=default)
+    return out
+
+
+_ANY = object()
+
+
+def _drop(config: dict[str, Any], dotted: str, only_if: Any = _ANY) -> None:
+    head, _, rest = dotted.partition(".")
+    if head not in config:
+        return
+    if rest:
+        if isinstance(config[head], dict):
+            config[head] = dict(config[head])
+            _drop(config[head], rest, only_if)
+    elif only_if is _ANY or config[head] == only_if:
+        del config[head]
 
 
 @dataclass(frozen=True)
@@ -57,12 +90,7 @@ class RunIdentity:
 
 def run_identity(config: dict[str, Any]) -> RunIdentity:
     """The identity of a run from its resolved ``config.yaml`` mapping."""
-    core = {k: v for k, v in config.items() if k not in _NOT_IDENTITY}
-    if isinstance(core.get("train"), dict):
-        core["train"] = {k: v for k, v in core["train"].items() if k not in _NOT_IDENTITY_TRAIN}
-    if isinstance(core.get("model"), dict):
-        core["model"] = {k: v for k, v in core["model"].items()
-                         if k not in _NOT_IDENTITY_MODEL and not (k in _DEFAULT_MODEL and v == _DEFAULT_MODEL[k])}
+    core = {k: v for k, v in without_neutral(config).items() if k not in _NOT_IDENTITY}
     text = json.dumps(core, sort_keys=True, default=str)
     seeded = json.dumps({"seed": config.get("seed"), **core}, sort_keys=True, default=str)
     return RunIdentity(_digest(seeded), _digest(text), text)

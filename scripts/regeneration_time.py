@@ -6,10 +6,12 @@ every committed table). Training time on the CPU is read as it was measured wher
 for runs trained on a GPU it is *projected*: the run's steps times the CPU seconds per step that CPU-trained
 runs of the same encoder, encoder options and model shape (d_model, layers, batch, training length) recorded in any of the
 folders given (each projected row says which rate it borrowed; a shape no CPU run had is left out and said so).
-Sweeps run two single-thread jobs at a time on 2 cores, so wall time is job time / 2.
+With ``--measure-steps N``, a shape no CPU run had is timed here instead: one of its runs' configs trains N steps
+on this CPU (one thread, no checks) and its seconds per step is the rate. Sweeps run two single-thread jobs at a
+time on 2 cores, so wall time is job time / 2.
 
     python scripts/regeneration_time.py results/headline results/length_generalization
-    python scripts/regeneration_time.py results/*/ --out results/regeneration_time.md
+    python scripts/regeneration_time.py results/*/ --measure-steps 200 --out results/regeneration_time.md
 """
 
 from __future__ import annotations
@@ -48,11 +50,44 @@ def _shape(config: str | None) -> str:
             f"L{task.get('length')} {model.get('mixer', 'attention')} {options}").strip()
 
 
-def training_hours(runs: pd.DataFrame) -> pd.DataFrame:
+def cpu_rates(runs: pd.DataFrame) -> pd.Series:
+    """CPU seconds per step, per (encoder, shape), over the CPU-trained runs of ``runs``."""
+    cpu = runs[runs["device"] == "cpu"].groupby(["encoder", "shape"])
+    return cpu["train_seconds"].sum() / cpu["steps"].sum()
+
+
+def measured_rates(runs: pd.DataFrame, configs: dict[str, str], steps: int) -> pd.Series:
+    """CPU seconds per step for each (encoder, shape) of GPU-trained ``runs`` that no CPU run had, timed here:
+    one run's config (``configs``: run -> config JSON) trains ``steps`` steps on one thread."""
+    import tempfile
+
+    import torch
+
+    from posenc.config import run_config_from_dict
+    from posenc.train import train
+
+    torch.set_num_threads(1)
+    known = cpu_rates(runs).index
+    rates = {}
+    for (encoder, shape), part in runs[runs["device"] != "cpu"].groupby(["encoder", "shape"]):
+        if (encoder, shape) in known or part["run"].iloc[0] not in configs:
+            continue
+        cfg = json.loads(configs[part["run"].iloc[0]])
+        cfg.update(device="cpu", progress=False, resume=False)
+        cfg["train"] = {**cfg["train"], "steps": steps, "check_every": 0, "checkpoint_every": 0,
+                        "compile": False, "precision": "fp32", "eval_sequences": 8}
+        with tempfile.TemporaryDirectory() as tmp:
+            metrics = train(run_config_from_dict(cfg), Path(tmp), cfg)
+        rates[(encoder, shape)] = metrics["train_seconds"] / steps
+        print(f"measured {encoder} {shape}: {rates[(encoder, shape)]:.3f} s/step on this CPU", flush=True)
+    return pd.Series(rates, dtype=float)
+
+
+def training_hours(runs: pd.DataFrame, measured: pd.Series | None = None) -> pd.DataFrame:
     """Per experiment: CPU job hours measured, projected (GPU-trained runs) and left out."""
-    cpu = runs[runs["device"] == "cpu"]
-    rate = (cpu.groupby(["encoder", "shape"])["train_seconds"].sum()
-            / cpu.groupby(["encoder"])["steps"].sum())  # CPU seconds per step
+    rate = cpu_rates(runs)
+    if measured is not None and len(measured):
+        rate = pd.concat([rate, measured])
     rows = []
     for experiment, part in runs.groupby("experiment", sort=False):
         measured = part[part["device"] == "cpu"]["train_seconds"].sum()
@@ -81,18 +116,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="also write this Markdown file")
+    parser.add_argument("--measure-steps", type=int, default=0,
+                        help="time shapes no CPU run had by training this many steps here (0: leave them out)")
     args = parser.parse_args()
     folders = [f for f in args.folders if (f / "extrapolation.parquet").is_file()]
     runs = pd.concat([r for f in folders if (r := runs_of(f)) is not None], ignore_index=True)
-    table = training_hours(runs).merge(pd.DataFrame([evaluation_hours(f) for f in folders]), on="experiment",
-                                       how="outer")
+    measured = None
+    if args.measure_steps > 0:
+        configs = {run: c for f in folders for run, c in pd.read_parquet(
+            f / "extrapolation.parquet", columns=["run", "config"]).drop_duplicates("run").itertuples(index=False)}
+        measured = measured_rates(runs, configs, args.measure_steps)
+    evaluation = pd.DataFrame([evaluation_hours(f) for f in folders])
+    table = training_hours(runs, measured).merge(evaluation, on="experiment", how="outer")
     table["wall_h_on_2_jobs"] = (table[["train_h_measured", "train_h_projected", "eval_h"]].fillna(0).sum(axis=1)
                                  / JOBS)
     total = table[["train_h_measured", "train_h_projected", "eval_h", "wall_h_on_2_jobs"]].sum()
     text = ("Job hours on this machine's CPU (one thread per job), from the committed tables "
-            "(`python scripts/regeneration_time.py " + " ".join(str(f) for f in args.folders) + "`); "
+            "(`python scripts/regeneration_time.py " + " ".join(str(f) for f in args.folders)
+            + (f" --measure-steps {args.measure_steps}" if args.measure_steps else "") + "`); "
             "train_h_projected: GPU-trained runs at the CPU seconds per step of CPU-trained runs of the same "
-            "encoder and shape; wall time: two jobs at a time.\n\n"
+            "encoder and shape" + (f" (or, for a shape no CPU run had, of {args.measure_steps} steps timed here)"
+                                   if args.measure_steps else "") + "; wall time: two jobs at a time.\n\n"
             + table.round(2).to_markdown(index=False)
             + f"\n\nIn all: {total['train_h_measured']:.1f} h measured and {total['train_h_projected']:.1f} h "
               f"projected training, {total['eval_h']:.1f} h evaluation: about {total['wall_h_on_2_jobs']:.1f} "

@@ -121,15 +121,17 @@ def test_a_run_dir_of_another_config_is_refused_and_left_alone(tmp_path):
 
 
 def test_how_switches_do_not_block_resuming(tmp_path):
-    """train.compile and model.attention choose how, not what, is computed, and train.log_every only how often
-    progress is logged: a run resumes across them."""
+    """train.compile and model.attention choose how, not what, is computed, train.log_every and
+    train.checkpoint_every only how often progress is logged and saved, train.eval_sequences the size of the
+    check after training: a run resumes across them (posenc.store.RUN_NEUTRAL_KEYS)."""
     short = ("train.steps=8", "train.checkpoint_every=4")
     train(tiny_config(*short), tmp_path, tiny_dict(*short))
     state = torch.load(tmp_path / run_files.CHECKPOINT_FILE, weights_only=True)
     state["step"] = 4  # pretend it stopped half way
     torch.save(state, tmp_path / run_files.CHECKPOINT_FILE)
     (tmp_path / run_files.METRICS_FILE).unlink()
-    switched = (*short, "train.compile=false", "model.attention=blocked", "train.log_every=1")
+    switched = ("train.steps=8", "train.checkpoint_every=2", "train.compile=false", "model.attention=blocked",
+                "train.log_every=1", "train.eval_sequences=3")
     metrics = train(tiny_config(*switched), tmp_path, tiny_dict(*switched))
     assert metrics["steps"] == 8
 
@@ -137,7 +139,7 @@ def test_how_switches_do_not_block_resuming(tmp_path):
 def test_resume_from_another_run_directory(tmp_path):
     short = tiny_dict("train.steps=8", "train.checkpoint_every=4")
     train(tiny_config("train.steps=8", "train.checkpoint_every=4"), tmp_path / "a", short)
-    with pytest.raises(PosencError, match="different run: train.checkpoint_every"):
+    with pytest.raises(PosencError, match="different run: train.steps"):  # checkpoint_every is run-neutral
         train(tiny_config(f"resume={tmp_path / 'a'}"), tmp_path / "b", tiny_dict(f"resume={tmp_path / 'a'}"))
     resumed = [*("train.steps=8", "train.checkpoint_every=4"), f"resume={tmp_path / 'a'}"]
     metrics = train(tiny_config(*resumed), tmp_path / "d", tiny_dict(*resumed))

@@ -567,6 +567,9 @@ def test_kazemnejad_is_his_strict_ordering_on_exact_match_with_his_numbers(task)
     assert [r.side for r, _, _ in rows] == list(paper) and all(lengths == tuple(lengths_in(Window(1, 2)))
                                                              for _, _, lengths in rows)
     assert rows[0][1].mean > rows[-1][1].mean  # nope (best) over sinusoidal (worst) in the fake evidence
+    more = paper_vs_posenc(claim, evidence_for(claim, "agrees"), others=[rope, Side("kerple")])
+    assert [r.side for r, _, _ in more] == [*paper, Side("kerple")]  # rope once; kerple, not in the paper, after
+    assert math.isnan(more[-1][0].value) and math.isnan(more[-1][1].mean)  # no paper number; not evaluated here
 
 
 def test_ruoss_is_token_accuracy_over_two_windows_and_says_it_compares_means():

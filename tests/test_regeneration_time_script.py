@@ -37,3 +37,28 @@ def test_gpu_runs_are_projected_at_the_cpu_rate_of_their_encoder_and_shape(tmp_p
     assert "alibi" in hours.loc["gpu", "not_projected"] and "d128" in hours.loc["gpu", "not_projected"]
     evaluation = script.evaluation_hours(gpu)
     assert abs(evaluation["eval_h"] - 3 * 8 / 3600) < 1e-12 and evaluation["eval_share_two_longest"] == 1.0
+
+
+def test_a_cpu_rate_is_per_encoder_and_shape(tmp_path):
+    """rope trained on the CPU at two shapes: each shape has its own seconds per step (not the encoder's
+    seconds over all its steps)."""
+    script = _script()
+    cpu = _folder(tmp_path, "cpu", [("a", "rope", 1000, 3600.0, "cpu", 64), ("b", "rope", 1000, 7200.0, "cpu", 128)])
+    gpu = _folder(tmp_path, "gpu", [("c", "rope", 100, 1.0, "cuda", 128)])
+    runs = pd.concat([script.runs_of(cpu), script.runs_of(gpu)], ignore_index=True)
+    hours = script.training_hours(runs).set_index("experiment")
+    assert abs(hours.loc["gpu", "train_h_projected"] - 100 * 7.2 / 3600) < 1e-12
+
+
+def test_a_shape_no_cpu_run_had_is_timed_here(tmp_path):
+    from conftest import tiny_dict
+
+    script = _script()
+    gpu = _folder(tmp_path, "gpu", [("c", "rope", 500, 10.0, "cuda", 16)])
+    runs = script.runs_of(gpu)
+    config = json.dumps(tiny_dict())
+    rates = script.measured_rates(runs.assign(shape="tiny"), {"c": config}, steps=3)
+    assert list(rates.index) == [("rope", "tiny")] and 0 < rates.iloc[0] < 5
+    hours = script.training_hours(runs.assign(shape="tiny"), rates).set_index("experiment")
+    assert abs(hours.loc["gpu", "train_h_projected"] - 500 * rates.iloc[0] / 3600) < 1e-12
+    assert hours.loc["gpu", "not_projected"] == "-"

@@ -155,3 +155,31 @@ def test_where_no_candidate_learned_the_one_closest_to_learning_is_compared(tmp_
         (run / "metrics.json").write_text(json.dumps({**metrics, "exact_match": exact}))
     keep, table = choose_runs(runs, configs, "train.lr")
     assert keep == runs[2:] and list(table["chosen"]) == [False, True]
+
+
+def test_an_earlier_choice_is_weighed_with_seeds_trained_later(tmp_path):
+    """`compare --extend --choose`: PoPE's seeds 0 and 1 at 3e-3 were compared before (their runs are gone, only
+    OUT's choices remain); seed 2 at 3e-3 and the retry at 1e-3 arrive now. The 3e-3 candidate pools all three
+    seeds (1/3 learned), 1e-3 (3/3) wins, and OUT's 3e-3 runs are named to leave the comparison."""
+    import pandas as pd
+
+    from posenc.selection import losing_runs
+    from posenc.store import run_identity
+
+    (tmp_path / "first").mkdir()
+    first_runs, first_configs = _runs(tmp_path / "first", [("pope", 0.003, 0, None), ("pope", 0.003, 1, None)])
+    _, before = choose_runs(first_runs, first_configs, "train.lr")
+    (tmp_path / "now").mkdir()
+    runs, configs = _runs(tmp_path / "now", [("pope", 0.003, 2, 3300), ("pope", 0.001, 0, 2900),
+                                             ("pope", 0.001, 1, 3100), ("pope", 0.001, 2, 3000)])
+    chosen, table = choose_runs(runs, configs, "train.lr", earlier=before)
+    row = table.set_index("value")
+    assert row.loc["0.003", "seeds"] == "0,1,2" and row.loc["0.003", "n_learned"] == 1
+    assert row.loc["0.003", "n_trained"] == 3 and row.loc["0.003", "steps_to_learn"] == 3300
+    assert row.loc["0.001", "chosen"] and not row.loc["0.003", "chosen"]
+    assert sorted(r.name for r in chosen) == ["pope-0.001-0", "pope-0.001-1", "pope-0.001-2"]
+    old = [run_identity(c) for c in first_configs]
+    evaluations = pd.DataFrame({"run_id": [i.run_id for i in old], "config": [i.config for i in old]})
+    assert losing_runs(evaluations, table, "train.lr") == {i.run_id for i in old}
+    _, again = choose_runs(runs[:1], configs[:1], "train.lr", earlier=table)  # the same seed given again
+    assert again.set_index("value").loc["0.003", "seeds"] == "2"  # the new row holds it, not pooled twice
