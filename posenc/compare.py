@@ -18,6 +18,7 @@ import pandas as pd
 from posenc.arguments import NO_SCALING
 from posenc.stats import group_estimate
 from posenc.store import KEY, NO_DEPTH, Results, describe_config, differing_keys
+from posenc.task_facts import ANSWER_ALPHABET
 
 GROUP = ["task", "encoder", "config_id", "train_length", "eval_length", "scaling", "depth"]
 METRICS = ("exact_match", "token_accuracy", "loss")
@@ -115,13 +116,6 @@ def aggregate(results: Results) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# The option naming each task's answer alphabet, and its size when the option is not in the config: the tasks'
-# `answer_alphabet`, written here so that tables are read without torch (tests/test_compare.py holds the two
-# equal for every registry task, defaults and options).
-_ANSWER_ALPHABET = {"copy": ("n_symbols", 16), "reverse": ("n_symbols", 16), "retrieval": ("n_values", 32),
-                    "passkey": (None, 10)}  # passkey answers are digits
-
-
 def sequence_block(task: str, sequences: int) -> int | None:
     """The block length for :func:`posenc.stats.group_estimate`'s batch means: ``lm``'s evaluation windows are
     consecutive slices of one text (lag-1 autocorrelation 0.2-0.5 measured), so their variance is estimated from
@@ -138,7 +132,7 @@ def chance_token_accuracy(config: str | None) -> float:
     if not isinstance(config, str):
         return math.nan
     task = json.loads(config).get("task") or {}
-    key, default = _ANSWER_ALPHABET.get(task.get("name"), (None, None))
+    key, default = ANSWER_ALPHABET.get(task.get("name"), (None, None))
     size = task.get(key, default) if key else default
     return 1.0 / size if size else math.nan
 
@@ -155,12 +149,6 @@ def labels(table: pd.DataFrame) -> pd.Series:
 
     return pd.Series([label(*r) for r in zip(table["encoder"], variant.fillna(""), table["scaling"], table["depth"])],
                      index=table.index, dtype=object)
-
-
-def report_metrics(task: str) -> tuple[str, ...]:
-    """The metrics tables and figures show for ``task``: its ``report_metrics`` (lm: perplexity first), read
-    without torch (tests/test_compare.py holds the two equal for every registry task)."""
-    return ("perplexity", "token_accuracy", "loss") if task == "lm" else ("exact_match", "token_accuracy", "loss")
 
 
 def cell(row: pd.Series, metric: str) -> str:

@@ -21,7 +21,7 @@ from posenc import runs as run_dirs
 from posenc.arguments import NO_SCALING
 from posenc.encoders import ENCODERS
 from posenc.files import learned_from_metrics
-from posenc.tasks import has_mastery_criterion
+from posenc.task_facts import has_mastery_criterion
 from posenc.errors import PosencError, PositionRangeError
 from posenc.evaluate import default_sequences, evaluate_detailed, resolve_device
 from posenc.progress import console, make_progress

@@ -15,7 +15,7 @@ from posenc.progress import console
 
 def by_headline_metric(table):
     """``(metric, rows)`` for each task's headline metric (perplexity for ``lm``, else exact match)."""
-    from posenc.compare import report_metrics
+    from posenc.task_facts import report_metrics
 
     headline = table["task"].map(lambda task: report_metrics(task)[0])
     return [(metric, table[headline == metric]) for metric in dict.fromkeys(headline)]

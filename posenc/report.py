@@ -15,12 +15,13 @@ from pathlib import Path
 import pandas as pd
 
 from posenc.claims import Side, check, claims_for, paper_vs_posenc
-from posenc.compare import NO_SCALING, sequence_block, labels, pivot, report_metrics, steps_table, with_depth_means
+from posenc.compare import NO_SCALING, sequence_block, labels, pivot, steps_table, with_depth_means
 from posenc.evidence import TableEvidence
 from posenc.plots import plot_all, plot_positions, plot_steps
 from posenc.selection import choices_markdown
 from posenc.stats import paired_difference
 from posenc.store import Results
+from posenc.task_facts import has_mastery_criterion, report_metrics
 
 GENERATED = "Generated"  # the first word of the report's one line that changes between regenerations
 
@@ -63,7 +64,7 @@ def _figures(results: Results, comparison: pd.DataFrame, out_dir: Path) -> dict[
     ev = results.evaluations
     runs = ev.drop_duplicates("run_id").assign(label=lambda t: labels(t.assign(scaling=NO_SCALING, depth=float("nan"))))
     runs = runs.assign(learned=runs["learned"].astype(bool), budget=runs["config"].map(_budget))
-    mastered = runs[runs["task"].map(lambda t: report_metrics(t)[0] == "exact_match")]  # lm: no criterion
+    mastered = runs[runs["task"].map(has_mastery_criterion)]  # lm: no criterion
     if len(mastered):
         figures[("steps",)] = plot_steps(mastered, out_dir)[0]
     learned_rows = ev[(ev["scaling"] == NO_SCALING) & ev["depth"].isna() & ev["learned"].astype(bool)]
@@ -73,7 +74,7 @@ def _figures(results: Results, comparison: pd.DataFrame, out_dir: Path) -> dict[
     pos = pos.assign(label=labels(pos.assign(depth=float("nan"))))
     for task in sorted(pos["task"].unique()):
         length = _position_length(pos[pos["task"] == task])
-        if length is not None and report_metrics(task)[0] == "exact_match":
+        if length is not None and has_mastery_criterion(task):
             figures[(task, "positions")] = plot_positions(pos, task, length, out_dir)[0]
     return figures
 
@@ -136,7 +137,7 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
         data = comparison.loc[comparison["task"] == task, "data"].dropna().unique() if "data" in comparison else []
         parts += [f"Data: {line}\n" for line in data if line]
         mine = steps[steps["task"] == task].drop(columns="task")
-        if report_metrics(task)[0] == "exact_match":
+        if has_mastery_criterion(task):
             parts.append("**In distribution** (mastery: seeds that learned, mean steps-to-learn of those)\n\n"
                          + mine.to_markdown(index=False, disable_numparse=True) + "\n")
         metrics = report_metrics(task)

@@ -27,6 +27,7 @@ import pandas as pd
 from posenc import files as run_files
 from posenc.errors import PosencError
 from posenc.store import _flatten, run_identity
+from posenc.task_facts import has_mastery_criterion
 
 CHOICES_STEM = "choices"
 COLUMNS = ["task", "encoder", "config_id", "key", "value", "seeds", "n_learned", "n_trained", "steps_to_learn",
@@ -34,8 +35,6 @@ COLUMNS = ["task", "encoder", "config_id", "key", "value", "seeds", "n_learned",
 
 
 def _candidate_rows(runs: list[Path], key: str, configs: list[dict]) -> pd.DataFrame:
-    from posenc.tasks import has_mastery_criterion  # here: the report imports this module without torch
-
     rows = []
     for run, config in zip(runs, configs):
         flat = _flatten(config)
@@ -197,8 +196,6 @@ def missed_configurations(runs: list[Path], configs: list[dict], key: str, value
     the configurations a fallback grid trains again at its next value (scripts/retry_not_learned.py). Runs
     whose sequence mixer is not attention group apart, under ``"<task> model.mixer=<mixer>"``: retrying
     their encoder alone would train attention instead."""
-    from posenc.tasks import has_mastery_criterion
-
     missed: dict[str, list[str]] = {}
     for run, config in zip(runs, configs):
         if _flatten(config).get(key) != value:

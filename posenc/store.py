@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -232,8 +231,3 @@ def write_results(out_dir: Path, results: Results, summary: str | None = None) -
     paths += write_tables(results.sequences, out_dir, SEQUENCES, markdown=False, csv=False)
     paths += write_tables(results.positions, out_dir, POSITIONS, markdown=False, csv=False)
     return paths
-
-
-def finite_or_nan(value: Any) -> float:
-    """``value`` as a float, NaN for None."""
-    return math.nan if value is None else float(value)

@@ -9,6 +9,7 @@ import pandas as pd
 
 from posenc import files as run_files
 from posenc.errors import PosencError
+from posenc.task_facts import has_mastery_criterion
 
 TRAINING_COLUMNS = [
     "run", "encoder", "task", "train_length", "seed", "learned", "steps_to_learn", "steps", "budget",
@@ -20,8 +21,6 @@ def training_table(runs: list[Path], notes: list[str] | None = None) -> pd.DataF
     """One row per run: its final in-distribution metrics from ``metrics.json`` (NaN where missing). A damaged,
     special or mistyped ``metrics.json`` (not an unfinished run's missing one) leaves the row empty and adds a
     line naming it to ``notes`` when given."""
-    from posenc.tasks import has_mastery_criterion  # `posenc runs` only: tables stay importable without torch
-
     rows = []
     for run in runs:
         try:

@@ -28,6 +28,7 @@ from posenc.config import RunConfig
 from posenc.errors import PosencError
 from posenc.evaluate import Scores, answer_loss, evaluate, resolve_device
 from posenc.progress import live_bars, make_progress
+from posenc.task_facts import has_mastery_criterion
 from posenc.tracking import check_logger, open_tracker
 
 log = logging.getLogger("posenc.train")
@@ -151,7 +152,7 @@ def train(
         with StopSignals() as stop, make_progress(cfg.progress) as progress:
             bar = progress.add_task(f"{cfg.encoder.name}/{cfg.task.name}", total=t.steps, completed=first - 1,
                                     loss=math.nan, acc=math.nan)  # fmt: skip
-            mastery = t.check_every > 0 and task.report_metrics[0] == "exact_match"  # lm: no criterion
+            mastery = t.check_every > 0 and has_mastery_criterion(cfg.task.name)  # lm: no criterion
             step = first - 1
             for step in range(first, t.steps + 1):
                 if learned_at is not None:
@@ -213,7 +214,7 @@ def train(
             # an independent test sample, reported as they are. Without checks (check_every=0) the final exact
             # match decides; tasks without an exact-match criterion (lm) count as learned.
             "learned": learned_at is not None if mastery else (
-                final["exact_match"] >= t.target_exact_match if task.report_metrics[0] == "exact_match" else True),
+                final["exact_match"] >= t.target_exact_match if has_mastery_criterion(cfg.task.name) else True),
         }
         checkpoint(trained)
         run_files.atomic_write_text(run_dir / run_files.HISTORY_FILE, _csv(history))

@@ -721,3 +721,19 @@ def test_mixer_of_reads_the_identity_json():
 
     assert mixer_of('{"model": {"mixer": "base_conv"}}') == "base_conv"
     assert mixer_of('{"model": {"d_model": 16}}') == mixer_of("") == mixer_of(None) == mixer_of("{") == "attention"
+
+
+def test_every_encoder_and_task_a_claim_names_is_in_the_registry():
+    """A renamed registry key would silently turn a claim "not testable": claims name only what exists."""
+    from posenc.encoders import ENCODERS
+    from posenc.functional.rope_scaling import ROPE_SCALING
+    from posenc.mixers import MIXERS
+    from posenc.report import REFERENCE
+    from posenc.tasks import TASKS
+
+    for claim in CLAIMS:
+        assert claim.task in TASKS, claim.key
+        for side in claim.sides():
+            assert side.encoder in ENCODERS and side.mixer in MIXERS, (claim.key, side)
+            assert side.scaling == "none" or side.scaling in ROPE_SCALING, (claim.key, side)
+    assert REFERENCE.encoder in ENCODERS

@@ -388,10 +388,11 @@ def test_chance_token_accuracy_is_a_uniform_guess_over_the_answer_alphabet():
 
 @pytest.mark.parametrize("name", TASKS)
 def test_torch_free_task_facts_are_the_tasks_own(name):
-    """compare reads tables without torch, so it keeps a copy of two task facts: each must be the task's."""
+    """The results side reads two task facts without torch (posenc.task_facts): each must be the task's own."""
     import json
 
-    from posenc.compare import chance_token_accuracy, report_metrics
+    from posenc.compare import chance_token_accuracy
+    from posenc.task_facts import report_metrics
     from posenc.tasks import build_task
 
     assert report_metrics(name) == TASKS[name].report_metrics

@@ -21,7 +21,7 @@ from posenc.tasks.passkey import Passkey
 from posenc.tasks.synthetic import Copy, Retrieval, Reverse
 
 __all__ = [
-    "BOS", "SEP", "TASKS", "Batch", "Task", "build_task", "check_task_name", "has_mastery_criterion",
+    "BOS", "SEP", "TASKS", "Batch", "Task", "build_task", "check_task_name",
     "Copy", "Retrieval", "Reverse", "Passkey", "LanguageModelling",
 ]  # fmt: skip
 
@@ -33,12 +33,6 @@ TASKS: Registry[Task] = Registry("task", {
     "passkey": Passkey,
     "lm": LanguageModelling,
 })
-
-
-def has_mastery_criterion(name: str | None) -> bool:
-    """Whether task ``name`` is learned when its exact match reaches a target (not lm, scored by perplexity);
-    unknown names count as such."""
-    return name not in TASKS or TASKS[name].report_metrics[0] == "exact_match"
 
 
 check_task_name = TASKS.check

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import ConfigError
+from posenc.task_facts import SEQUENCE_METRICS
 
 BOS, SEP = 0, 1  # special tokens shared by all tasks; data tokens start at 2
 PAD = BOS  # fills a mixed-length batch past each sequence's end: never scored, never attended (causal mask)
@@ -62,7 +63,7 @@ class Task:
     #: holds another token there (:meth:`inputs`), so targets are the inputs shifted except at answers.
     answers_read: ClassVar[bool] = True
     #: The metrics tables and figures show for this task, most important first.
-    report_metrics: ClassVar[tuple[str, ...]] = ("exact_match", "token_accuracy", "loss")
+    report_metrics: ClassVar[tuple[str, ...]] = SEQUENCE_METRICS  # posenc.task_facts: the results side reads it there
 
     def sequences(self, batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """Full token sequences ``[b, length + 1]`` and their answer mask ``[b, length + 1]``."""

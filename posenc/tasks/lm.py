@@ -32,6 +32,7 @@ from torch import Tensor
 
 from posenc.errors import ConfigError, PositionRangeError
 from posenc.files import special_file
+from posenc.task_facts import LM_METRICS
 from posenc.tasks.base import Batch, Task
 
 #: Folders skipped in the stdlib default (installed packages and the test suites).
@@ -153,7 +154,7 @@ class LanguageModelling(Task):
     description = "byte-level language modelling on local text (default: Python's stdlib sources)"
     min_length = 1
     vocab_size = 2 + 256
-    report_metrics = ("perplexity", "token_accuracy", "loss")
+    report_metrics = LM_METRICS
 
     def __init__(
         self,
