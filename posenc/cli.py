@@ -5,6 +5,8 @@ from __future__ import annotations
 import inspect
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -66,6 +68,26 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+@contextmanager
+def one_line_errors(out: Path | None = None) -> Iterator[None]:
+    """Every command's expected failures as one line and an exit status, never a traceback: a
+    :class:`PosencError` (2); an ``OSError`` while writing to ``out`` (2: disk full, no permission); Ctrl-C
+    (130: with ``out``, a line saying truthfully whether its new files were published)."""
+    try:
+        yield
+    except PosencError as err:
+        fail(str(err))
+    except OSError as err:
+        if out is None:
+            raise
+        fail(f"cannot write to {out}: {err.strerror or err}")
+    except KeyboardInterrupt:
+        if out is not None:
+            _interrupted(out)
+        print_error("interrupted")
+        raise typer.Exit(130)
+
+
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
 )
@@ -78,10 +100,8 @@ def train(ctx: typer.Context) -> None:
     from posenc.precheck import precheck, quote_path_overrides
 
     args = quote_path_overrides(ctx.args)  # resume=PATH of posenc's own folder names (`=`, `,`)
-    try:
+    with one_line_errors():
         precheck(args)
-    except PosencError as err:
-        fail(str(err))
     sys.argv = ["posenc train", *args]
     hydra_main()
 
@@ -114,7 +134,7 @@ def extrapolate(
     from posenc.views import summary
 
     unreadable: list[str] = []
-    try:
+    with one_line_errors(out):
         check_max_hours(max_hours)
         wanted = parse_lengths(lengths)
         scalings = parse_scalings(rope_scaling, rope_factor)
@@ -125,11 +145,7 @@ def extrapolate(
         new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, scalings=scalings,
                                          memory_check=memory_check, include_not_learned=include_not_learned,
                                          max_hours=max_hours)
-        paths = store_into(out, new)
-    except PosencError as err:
-        fail(str(err))
-    except KeyboardInterrupt:  # tables are written only at the end, all or nothing: say which
-        _interrupted(out)
+        paths = store_into(out, new)  # tables are written only at the end, all or nothing
     table = new.evaluations
     for metric, view in by_headline_metric(table):
         shown = summary(view, metric).reset_index()
@@ -197,7 +213,7 @@ def compare(
     from posenc.store import read_results, run_identity
 
     unreadable: list[str] = []
-    try:
+    with one_line_errors(out):  # every file is written at the end, all or nothing
         check_max_hours(max_hours)
         wanted = parse_lengths(lengths) if lengths is not None else None
         if wanted is None:
@@ -229,12 +245,6 @@ def compare(
         run_ids = {run_identity(run_config(run)).run_id for run in found}
         comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), choices,
                                                   extend=extend, replaced=given)
-    except PosencError as err:
-        fail(str(err))
-    except OSError as err:
-        fail(f"cannot write to {out}: {err.strerror or err}")
-    except KeyboardInterrupt:  # every file is written at the end, all or nothing: say which
-        _interrupted(out)
     print_comparison(comparison)
     print_notes(unreadable + skipped, same, scaling_note(new.evaluations, scalings),
                 None if include_not_learned else not_learned_note(new.evaluations, wanted))
@@ -249,14 +259,8 @@ def report(
     """Regenerate a comparison's tables, figures and report.md from its tables alone (no runs needed)."""
     from posenc.pipeline import regenerate
 
-    try:
+    with one_line_errors(out):
         comparison, paths, figures = regenerate(out, _command("report"))
-    except PosencError as err:
-        fail(str(err))
-    except OSError as err:
-        fail(f"cannot write to {out}: {err.strerror or err}")
-    except KeyboardInterrupt:
-        _interrupted(out)
     print_comparison(comparison)
     console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
                   f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
@@ -278,7 +282,7 @@ def runs(
     from posenc.tables import extend_training_table, training_table, write_tables
 
     notes: list[str] = []
-    try:
+    with one_line_errors(out):
         if out is not None:
             check_destination(out)
         table = training_table(find_runs(runs or _default_runs(), notes), notes)
@@ -287,13 +291,6 @@ def runs(
             with updating(out) as stage:
                 written = extend_training_table(out, table) if extend else table
                 paths = moved(write_tables(written, stage, "training"), stage, out)
-    except PosencError as err:
-        fail(str(err))
-    except KeyboardInterrupt:
-        if out is not None:
-            _interrupted(out)
-        print_error("interrupted")
-        raise typer.Exit(130)
     print_table(table)
     print_notes(notes)
     if paths:
@@ -365,7 +362,7 @@ def kernels(
     from posenc.runs import find_runs
     from posenc.tables import write_tables
 
-    try:
+    with one_line_errors(out):
         names = parse_encoders(encoders)
         scalings = parse_scalings(rope_scaling)
         check_destination(out)
@@ -376,12 +373,6 @@ def kernels(
                                  markdown=False)  # a row per distance: the summary is the Markdown view
             figures = write_figures(result.table, stage)
         paths, figures = moved(paths, stage, out), moved(figures, stage, out)
-    except PosencError as err:
-        fail(str(err))
-    except OSError as err:
-        fail(f"cannot write to {out}: {err.strerror or err}")
-    except KeyboardInterrupt:
-        _interrupted(out)
     console.print("[bold]attention kernels[/] (mean over heads; all distances in the files below)")
     print_table(summary(result.table))
     for note in result.notes:

@@ -244,38 +244,47 @@ def extrapolate(
         total = sum(len(wanted[run]) * len(plan[run]) for run in runs)  # x depths once a run is loaded
         job = bar.add_task("evaluate", total=total, current="")
         for run in runs:
-            if not wanted[run]:
-                continue  # everything already evaluated
-            try:
-                cfg, task, model = run_dirs.load_run(run, dev)
-            except PosencError as err:
-                skipped.append(str(err))
-                bar.advance(job, len(wanted[run]) * len(plan[run]))
-                continue
-            about = _about(run, configs[run], metrics[run])
-            depths = list(task.eval_depths) or [None]
-            total += len(wanted[run]) * len(plan[run]) * (len(depths) - 1)
-            bar.update(job, total=total)
-            for scaling in plan[run]:
-                label = scaling_label(scaling)
-                if model.encoder.takes_rope_scaling:  # "none": the encoder as trained
-                    model.encoder.set_rope_scaling(None if scaling.method == NO_SCALING else scaling)
-                for length in wanted[run]:
-                    if (about["run_id"], length, label) in done:
-                        bar.advance(job, len(depths))
-                        continue
-                    for depth in depths:
-                        where = "" if depth is None else f" depth {depth:g}"
-                        shown = "" if label == NO_SCALING else f" +{label}"
-                        bar.update(job, current=f"{cfg.encoder.name}{shown}/{cfg.task.name} @ {length}{where}")
-                        parts.append(_evaluate(about, cfg, task, model, length, scaling, depth, sequences))
-                        bar.advance(job)
+            if wanted[run]:  # else everything is already evaluated
+                total = _evaluate_run(run, wanted[run], plan[run], _about(run, configs[run], metrics[run]), dev,
+                                      sequences, done, (bar, job, total), parts, skipped)
     if not parts and (allow_empty or not skipped):
         return Results.empty(), skipped
     if not parts:
         first = skipped[0]
         raise PosencError(first if len(skipped) == 1 else f"none of {len(skipped)} runs could be evaluated; {first}")
     return Results.concat(parts), skipped
+
+
+def _evaluate_run(run: Path, lengths: list[int], scalings: list, about: dict, dev, sequences: int | None,
+                  done: frozenset, progress: tuple, parts: list[Results], skipped: list[str]) -> int:
+    """Evaluate one run at ``lengths`` under each of ``scalings`` (and each of its task's depths), appending
+    to ``parts``; a run that cannot be loaded adds a line to ``skipped``. ``progress``: the bar, its job and
+    its total; returns the total, grown by the depths the run's task turned out to have."""
+    bar, job, total = progress
+    try:
+        cfg, task, model = run_dirs.load_run(run, dev)
+    except PosencError as err:
+        skipped.append(str(err))
+        bar.advance(job, len(lengths) * len(scalings))
+        return total
+    depths = list(task.eval_depths) or [None]
+    total += len(lengths) * len(scalings) * (len(depths) - 1)
+    bar.update(job, total=total)
+    for scaling in scalings:
+        label = scaling_label(scaling)
+        if model.encoder.takes_rope_scaling:  # "none": the encoder as trained
+            model.encoder.set_rope_scaling(None if scaling.method == NO_SCALING else scaling)
+        for length in lengths:
+            if (about["run_id"], length, label) in done:
+                bar.advance(job, len(depths))
+                continue
+            for depth in depths:
+                where = "" if depth is None else f" depth {depth:g}"
+                shown = "" if label == NO_SCALING else f" +{label}"
+                bar.update(job, current=f"{cfg.encoder.name}{shown}/{cfg.task.name} @ {length}{where}")
+                parts.append(_evaluate(about, cfg, task, model, length, scaling, depth, sequences))
+                bar.advance(job)
+    return total
 
 
 ROW_BYTES = 400  # memory per evaluated sequence kept until the tables are written (numpy, then pandas rows)

@@ -128,81 +128,97 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
                      f"Where runs differ only in `{key}`, the value compared is the one whose seeds learned best "
                      "at the training length (most seeds learned, then fewest mean steps-to-learn, then the "
                      "closest to learning; `posenc.selection`): nothing past the training length is looked at.\n\n" + section + "\n")
-    trained = comparison[comparison["scaling"] == NO_SCALING]
-    scaled_encoders = set(comparison.loc[comparison["scaling"] != NO_SCALING, "encoder"])
-    steps = steps_table(comparison)
     evidence = TableEvidence(with_depth_means(results))
+    steps = steps_table(comparison)
     for task in sorted(comparison["task"].unique()):
-        parts.append(f"## {task}\n")
-        data = comparison.loc[comparison["task"] == task, "data"].dropna().unique() if "data" in comparison else []
-        parts += [f"Data: {line}\n" for line in data if line]
-        mine = steps[steps["task"] == task].drop(columns="task")
-        if has_mastery_criterion(task):
-            parts.append("**In distribution** (mastery: seeds that learned, mean steps-to-learn of those)\n\n"
-                         + mine.to_markdown(index=False, disable_numparse=True) + "\n")
-        metrics = report_metrics(task)
-        for metric in metrics[:2]:
-            table = pivot(trained, metric, task).drop(columns="task")
-            parts.append(f"**{metric.replace('_', ' ')}** by evaluation length\n\n"
-                         + table.to_markdown(index=False, disable_numparse=True) + "\n")
-        parts += [f"![{task}: {m.replace('_', ' ')}]({figures[(task, m)].name})\n"
-                  for m in metrics if (task, m) in figures]
-        parts += [f"![{task}: {m.replace('_', ' ')} by depth]({figures[(task, m, 'depth')].name})\n"
-                  for m in metrics if (task, m, "depth") in figures]
-        if (task, "positions") in figures:
-            parts.append(f"![{task}: accuracy by answer position]({figures[(task, 'positions')].name})\n")
-        diff_metric = "loss" if metrics[0] == "perplexity" else metrics[1]
-        diffs = paired_table(evidence, comparison, task, diff_metric)
-        if diffs is not None:
-            parts.append(f"**Paired differences** in {diff_metric.replace('_', ' ')} against {REFERENCE.encoder} "
-                         "(same sequences, mean [95% interval]; positive: "
-                         f"{'higher loss' if diff_metric == 'loss' else 'better'} than {REFERENCE.encoder})\n\n"
-                         + diffs.to_markdown(index=False, disable_numparse=True) + "\n")
-        scaled = comparison[comparison["encoder"].isin(scaled_encoders) & (comparison["task"] == task)]
-        if len(scaled) and (scaled["scaling"] != NO_SCALING).any():
-            parts.append(f"### {task}: RoPE context extension at evaluation\n\n"
-                         "The same rotary checkpoints under each `--rope-scaling` method, no retraining; the "
-                         "factor follows the evaluation length (s = L'/L) unless a label says `:<factor>` (so "
-                         "`dynamic_ntk`, Hugging Face's formula with factor 1, equals `ntk` here).\n")
-            for metric in metrics[:2]:
-                table = pivot(scaled[scaled["depth"].isna()], metric, task).drop(columns="task")
-                parts.append(f"**{metric.replace('_', ' ')}** by evaluation length\n\n"
-                             + table.to_markdown(index=False, disable_numparse=True) + "\n")
-            parts += [f"![{task}: {m.replace('_', ' ')} under RoPE scaling]"
-                      f"({figures[(task, m, 'rope_scaling')].name})\n"
-                      for m in metrics if (task, m, "rope_scaling") in figures]
+        parts += _task_section(task, comparison, steps, evidence, figures)
     if ("steps",) in figures:
         parts.append(f"## Steps to learn\n\n![steps to learn]({figures[('steps',)].name})\n")
-    # The claims whose encoders were all run on their task here (a claim about encoders this comparison does
-    # not hold says nothing about it; one whose side did not learn or was not evaluated is "not testable").
+    parts += _literature_section(comparison, evidence)
+    return "\n".join(parts), figures
+
+
+def _task_section(task: str, comparison: pd.DataFrame, steps: pd.DataFrame, evidence: TableEvidence,
+                  figures: dict) -> list[str]:
+    """One task's part of the report: mastery, metrics by length, figures, paired differences and, for
+    rotary checkpoints evaluated under RoPE scaling methods, their tables and figures."""
+    trained = comparison[comparison["scaling"] == NO_SCALING]
+    parts = [f"## {task}\n"]
+    data = comparison.loc[comparison["task"] == task, "data"].dropna().unique() if "data" in comparison else []
+    parts += [f"Data: {line}\n" for line in data if line]
+    mine = steps[steps["task"] == task].drop(columns="task")
+    if has_mastery_criterion(task):
+        parts.append("**In distribution** (mastery: seeds that learned, mean steps-to-learn of those)\n\n"
+                     + mine.to_markdown(index=False, disable_numparse=True) + "\n")
+    metrics = report_metrics(task)
+    for metric in metrics[:2]:
+        table = pivot(trained, metric, task).drop(columns="task")
+        parts.append(f"**{metric.replace('_', ' ')}** by evaluation length\n\n"
+                     + table.to_markdown(index=False, disable_numparse=True) + "\n")
+    parts += [f"![{task}: {m.replace('_', ' ')}]({figures[(task, m)].name})\n"
+              for m in metrics if (task, m) in figures]
+    parts += [f"![{task}: {m.replace('_', ' ')} by depth]({figures[(task, m, 'depth')].name})\n"
+              for m in metrics if (task, m, "depth") in figures]
+    if (task, "positions") in figures:
+        parts.append(f"![{task}: accuracy by answer position]({figures[(task, 'positions')].name})\n")
+    diff_metric = "loss" if metrics[0] == "perplexity" else metrics[1]
+    diffs = paired_table(evidence, comparison, task, diff_metric)
+    if diffs is not None:
+        parts.append(f"**Paired differences** in {diff_metric.replace('_', ' ')} against {REFERENCE.encoder} "
+                     "(same sequences, mean [95% interval]; positive: "
+                     f"{'higher loss' if diff_metric == 'loss' else 'better'} than {REFERENCE.encoder})\n\n"
+                     + diffs.to_markdown(index=False, disable_numparse=True) + "\n")
+    scaled_encoders = set(comparison.loc[comparison["scaling"] != NO_SCALING, "encoder"])
+    scaled = comparison[comparison["encoder"].isin(scaled_encoders) & (comparison["task"] == task)]
+    if len(scaled) and (scaled["scaling"] != NO_SCALING).any():
+        parts.append(f"### {task}: RoPE context extension at evaluation\n\n"
+                     "The same rotary checkpoints under each `--rope-scaling` method, no retraining; the "
+                     "factor follows the evaluation length (s = L'/L) unless a label says `:<factor>` (so "
+                     "`dynamic_ntk`, Hugging Face's formula with factor 1, equals `ntk` here).\n")
+        for metric in metrics[:2]:
+            table = pivot(scaled[scaled["depth"].isna()], metric, task).drop(columns="task")
+            parts.append(f"**{metric.replace('_', ' ')}** by evaluation length\n\n"
+                         + table.to_markdown(index=False, disable_numparse=True) + "\n")
+        parts += [f"![{task}: {m.replace('_', ' ')} under RoPE scaling]"
+                  f"({figures[(task, m, 'rope_scaling')].name})\n"
+                  for m in metrics if (task, m, "rope_scaling") in figures]
+    return parts
+
+
+def _literature_section(comparison: pd.DataFrame, evidence: TableEvidence) -> list[str]:
+    """The verdict on each claim whose encoders were all run on its task here (a claim about encoders this
+    comparison does not hold says nothing about it; one whose side did not learn or was not evaluated is "not
+    testable"), and the paper's numbers beside posenc's for every encoder of the comparison."""
     claims = [c for c in claims_for(set(comparison["task"]))
               if all(evidence.learned(c.task, side) is not None for side in c.sides())]
     verdicts = [check(c, evidence) for c in claims]
-    if verdicts:
-        parts.append("## Against the literature\n\n"
-                     "Each claim is checked by one rule (`posenc.claims.check`) over windows of evaluation lengths "
-                     "(e.g. (1×, 2×]: every length past the training length up to twice it, pooled per seed by "
-                     "length, then sequence, over the lengths both sides were evaluated at). A comparison holds "
-                     "when the paired interval of the difference lies on the expected side of 0, is contradicted "
-                     "when it lies on the other side, and is not testable when neither side is above chance "
-                     "(exact match 0, token accuracy 1/alphabet). A claim with k comparisons puts each interval "
-                     "at 1 − 0.05/k (Bonferroni), so a verdict is wrong with probability at most 5%. Judged on its "
-                     "testable comparisons: **agrees** when all hold, **differs** when any is contradicted, "
-                     "**inconclusive** otherwise, **not testable** when none is, or a side did not learn its task "
-                     "or was not run.\n")
-        parts.append("\n".join(v.markdown() for v in verdicts) + "\n")
-        for claim in (v.claim for v in verdicts if v.claim.reported):
-            mine = trained[(trained["task"] == claim.task) & (trained["variant"].fillna("") == "")]
-            rows = paper_vs_posenc(claim, evidence, others=[Side(e) for e in sorted(mine["encoder"].unique())])
-            table = pd.DataFrame({
-                "encoder": [r.side.label() for r, _, _ in rows],
-                "paper": ["—" if math.isnan(r.value) else f"{r.value:.3f}" for r, _, _ in rows],
-                f"posenc {claim.windows[0].label()}": [est.format() for _, est, _ in rows],
-                "lengths": [", ".join(map(str, n)) or "—" for _, _, n in rows]})
-            parts.append(f"**{claim.source.split(',')[0]} ({claim.task}): paper vs posenc** "
-                         f"({claim.reported_where}; posenc: mean [95% interval] over seeds)\n\n"
-                         + table.to_markdown(index=False, disable_numparse=True) + "\n")
-    return "\n".join(parts), figures
+    if not verdicts:
+        return []
+    parts = ["## Against the literature\n\n"
+             "Each claim is checked by one rule (`posenc.claims.check`) over windows of evaluation lengths "
+             "(e.g. (1×, 2×]: every length past the training length up to twice it, pooled per seed by "
+             "length, then sequence, over the lengths both sides were evaluated at). A comparison holds "
+             "when the paired interval of the difference lies on the expected side of 0, is contradicted "
+             "when it lies on the other side, and is not testable when neither side is above chance "
+             "(exact match 0, token accuracy 1/alphabet). A claim with k comparisons puts each interval "
+             "at 1 − 0.05/k (Bonferroni), so a verdict is wrong with probability at most 5%. Judged on its "
+             "testable comparisons: **agrees** when all hold, **differs** when any is contradicted, "
+             "**inconclusive** otherwise, **not testable** when none is, or a side did not learn its task "
+             "or was not run.\n",
+             "\n".join(v.markdown() for v in verdicts) + "\n"]
+    trained = comparison[comparison["scaling"] == NO_SCALING]
+    for claim in (v.claim for v in verdicts if v.claim.reported):
+        mine = trained[(trained["task"] == claim.task) & (trained["variant"].fillna("") == "")]
+        rows = paper_vs_posenc(claim, evidence, others=[Side(e) for e in sorted(mine["encoder"].unique())])
+        table = pd.DataFrame({
+            "encoder": [r.side.label() for r, _, _ in rows],
+            "paper": ["—" if math.isnan(r.value) else f"{r.value:.3f}" for r, _, _ in rows],
+            f"posenc {claim.windows[0].label()}": [est.format() for _, est, _ in rows],
+            "lengths": [", ".join(map(str, n)) or "—" for _, _, n in rows]})
+        parts.append(f"**{claim.source.split(',')[0]} ({claim.task}): paper vs posenc** "
+                     f"({claim.reported_where}; posenc: mean [95% interval] over seeds)\n\n"
+                     + table.to_markdown(index=False, disable_numparse=True) + "\n")
+    return parts
 
 
 def same_report(a: str, b: str) -> bool:

@@ -11,11 +11,12 @@ from posenc.cli import app
 from posenc.encoders import ENCODERS
 from posenc.files import CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE
 from posenc.hydra_entry import short_dirname
-from posenc.store import COLUMNS, POSITION_COLUMNS, SEQUENCE_COLUMNS
+from posenc.store import COLUMNS, POSITION_COLUMNS, RUN_NEUTRAL_KEYS, SEQUENCE_COLUMNS
 
 runner = CliRunner()
 # The sub-folder Hydra names after the overrides of the `trained_runs` sweep (sorted, joined by commas).
-OVERRIDE_DIR = short_dirname(",".join(sorted(o for o in [*TINY, *LEARNS] if not o.startswith("progress="))))
+# Hydra names the folder from the overrides that are not run-neutral (conf/config.yaml's exclude_keys)
+OVERRIDE_DIR = short_dirname(",".join(sorted(o for o in [*TINY, *LEARNS] if o.split("=")[0] not in RUN_NEUTRAL_KEYS)))
 
 
 def assert_one_line_error(returncode: int, stderr: str, *needles: str) -> None:
