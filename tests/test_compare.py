@@ -250,15 +250,24 @@ def test_two_compares_writing_at_once_lose_nothing(trained_runs: Path, tmp_path)
     assert sorted(set(sequences["eval_length"])) == [16, 32, 64, 128]
 
 
-def test_compare_pools_nothing_across_configurations_end_to_end(trained_runs: Path, tmp_path):
-    """A second sweep of the same task and encoder with another budget: two rows, never one pooled row."""
-    sweep = tmp_path / "other"
+@pytest.fixture(scope="module")
+def two_budgets(trained_runs: Path, tmp_path_factory) -> Path:
+    """trained_runs (train.steps=4) in a/, and rope again with train.steps=6 in b/: one configuration's two
+    candidates for `--choose train.steps` (trained once per module; tests copy it)."""
+    root = tmp_path_factory.mktemp("two_budgets")
+    sweep = root / "other"
     result = posenc_cli("train", "-m", "encoder=rope", *TINY, *LEARNS, "train.steps=6",
-                        f"hydra.sweep.dir={sweep}", cwd=tmp_path, learns=True)
+                        f"hydra.sweep.dir={sweep}", cwd=root, learns=True)
     assert result.returncode == 0, result.stderr
+    shutil.copytree(trained_runs, root / "runs" / "a")
+    shutil.copytree(sweep, root / "runs" / "b")
+    return root / "runs"
+
+
+def test_compare_pools_nothing_across_configurations_end_to_end(two_budgets: Path, tmp_path):
+    """A second sweep of the same task and encoder with another budget: two rows, never one pooled row."""
     runs = tmp_path / "runs"
-    shutil.copytree(trained_runs, runs / "a")
-    shutil.copytree(sweep, runs / "b")
+    shutil.copytree(two_budgets, runs)
     out = tmp_path / "cmp"
     result = posenc_cli("compare", "--runs", str(runs), "--lengths", "16", "--sequences", "4", "--out", str(out),
                         cwd=tmp_path)
@@ -404,17 +413,12 @@ def test_torch_free_task_facts_are_the_tasks_own(name):
         assert chance == (1 / alphabet if alphabet else pytest.approx(math.nan, nan_ok=True))
 
 
-def test_compare_extend_choose_weighs_candidates_brought_back_without_weights(trained_runs: Path, tmp_path):
+def test_compare_extend_choose_weighs_candidates_brought_back_without_weights(two_budgets: Path, tmp_path):
     """Runs evaluated elsewhere and brought back without their checkpoints (metrics.json and config.yaml only)
     still count as `--choose` candidates under `--extend`: the choice is the one made with every checkpoint
     present, and the configuration is compared once (a candidate not chosen leaves the comparison)."""
-    sweep = tmp_path / "other"
-    result = posenc_cli("train", "-m", "encoder=rope", *TINY, *LEARNS, "train.steps=6",
-                        f"hydra.sweep.dir={sweep}", cwd=tmp_path, learns=True)
-    assert result.returncode == 0, result.stderr
     runs = tmp_path / "runs"
-    shutil.copytree(trained_runs, runs / "a")
-    shutil.copytree(sweep, runs / "b")
+    shutil.copytree(two_budgets, runs)
     out = tmp_path / "cmp"
     args = ("--runs", str(runs), "--lengths", "16", "--sequences", "4", "--out", str(out), "--choose", "train.steps")
     assert posenc_cli("compare", *args, cwd=tmp_path).returncode == 0
