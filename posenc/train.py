@@ -96,27 +96,14 @@ def train(
         run_files.atomic_write_text(run_dir / run_files.OVERRIDES_FILE, run_files.dump_yaml(overrides))
 
     device = resolve_device(cfg.device)
-    torch.manual_seed(cfg.seed)
-    task, _, model = cfg.build()
-    model.to(device).train()
-    optimizer = make_optimizer(model, cfg)
-    compiled, autocast_dtype = step_settings(cfg, device)
-    step_model = torch.compile(model, dynamic=True) if compiled else model  # same parameters as `model`
+    task, model, step_model, optimizer, scheduler, autocast_dtype = _setup(cfg, device)
     t = cfg.train
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, t.warmup_steps, t.steps, t.final_lr_ratio)
-    )
     data = torch.Generator().manual_seed(cfg.seed)  # the training stream: deterministic from the seed
     first, history, elapsed = 1, [], 0.0
     checks: list[list[float]] = []  # [step, held-out exact match] of every mastery check
     learned_at: int | None = None  # steps-to-learn: the first check that met the criterion
     if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        set_rng_states(state["rng"], data)
-        first, history, elapsed = state["step"] + 1, state["history"], state["elapsed"]
-        checks, learned_at = state.get("checks", []), state.get("learned_at")
+        first, history, elapsed, checks, learned_at = _restore(state, model, optimizer, scheduler, data)
         log.info("resuming %s from step %d", run_dir, state["step"])
 
     def checkpoint(step: int) -> None:
@@ -129,24 +116,10 @@ def train(
 
     lo, hi = cfg.training_lengths(task)
     check_at = check_lengths(lo, hi)  # mastery is judged over the training distribution, not at L alone
-    n_params = sum(p.numel() for p in model.parameters())
-    log.info(
-        "training %s on %s (length %d), %d steps, %s parameters, device %s -> %s",
-        cfg.encoder.name, cfg.task.name, cfg.task.length, t.steps, f"{n_params:,}", device, run_dir,
-    )
-    if task.describe_data():
-        log.info("data: %s", task.describe_data())
+    n_params = _log_start(cfg, task, model, device, run_dir)
     tracker = open_tracker(cfg.logger, run_dir, config_dict)
     start = time.perf_counter()
     finite = torch.ones((), dtype=torch.bool, device=device)  # all losses so far; read only when needed
-
-    def check_finite(step: int) -> None:
-        """Stop on a non-finite loss (one host-device sync, at log and checkpoint steps only)."""
-        if not bool(finite):
-            raise PosencError(
-                f"the loss became non-finite by step {step}; stopped, the last checkpoint is kept "
-                "(try a lower train.lr)"
-            )
 
     with tracker:  # closed (flushed, the tracked run ended) however training stops
         with StopSignals() as stop, make_progress(cfg.progress) as progress:
@@ -159,22 +132,11 @@ def train(
                     break  # resumed after the criterion was met: nothing left to train
                 batch, length = draw_batch(task, t.batch_size, lo, hi, cfg.task.length_draw, data)
                 batch = batch.to(device)
-                with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-                    logits = step_model(batch.inputs)
-                    loss = answer_loss(logits.float(), batch)
+                logits, loss = _step(batch, model, step_model, optimizer, scheduler, autocast_dtype, t.grad_clip)
                 finite &= torch.isfinite(loss)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if t.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-                optimizer.step()
-                model.encoder.project_parameters()  # e.g. KERPLE's r1, r2 >= eps, also when the step is compiled
-                scheduler.step()
                 if step % t.log_every == 0 or step == t.steps:
-                    check_finite(step)
-                    scores = Scores()  # of this step's batch (no per-step host syncs in between)
-                    scores.add(logits.detach().float(), batch)
-                    row = {"step": step, "length": length, **scores.means(), "lr": scheduler.get_last_lr()[0]}
+                    _check_finite(finite, step)
+                    row = _log_row(step, length, logits, batch, scheduler.get_last_lr()[0])
                     history.append(row)
                     tracker.log_metrics(step, {k: v for k, v in row.items() if k != "step"})
                     progress.update(bar, loss=row["loss"], acc=row["token_accuracy"])
@@ -182,13 +144,9 @@ def train(
                         log.info("step %d  loss %.4f  token acc %.4f", step, row["loss"], row["token_accuracy"])
                 progress.update(bar, completed=step)
                 if stop.received is not None:
-                    check_finite(step)
+                    _check_finite(finite, step)
                     checkpoint(step)
-                    name = signal.Signals(stop.received).name
-                    raise TrainingInterrupted(
-                        f"{name} at step {step}/{t.steps}: checkpoint saved in {run_dir}; "
-                        "run the same command again to resume", 128 + stop.received,
-                    )
+                    raise _interrupted(stop.received, step, t.steps, run_dir)
                 if mastery and step % t.check_every == 0:
                     score = mastery_check(model, task, check_at, t.check_sequences)
                     checks.append([step, score])
@@ -199,37 +157,124 @@ def train(
                         progress.update(bar, completed=t.steps)
                         break
                 if t.checkpoint_every and step % t.checkpoint_every == 0 and step < t.steps:
-                    check_finite(step)
+                    _check_finite(finite, step)
                     checkpoint(step)
         seconds = elapsed + time.perf_counter() - start
         trained = learned_at if learned_at is not None else step  # a learned checkpoint resumed trains nothing
-
         final = evaluate(model, task, cfg.task.length, t.eval_sequences)
-        metrics = {
-            "encoder": cfg.encoder.name, "task": cfg.task.name, "train_length": cfg.task.length,
-            "seed": cfg.seed, "steps": trained, "budget": t.steps, "train_seconds": round(seconds, 2),
-            "device": str(device), "parameters": n_params, "eval_length": cfg.task.length, **final,
-            "steps_to_learn": learned_at, "checks": checks, "train_lengths": [lo, hi], "check_lengths": check_at,
-            # Mastery: a check on held-out (validation) sequences reached the target; the final metrics above are
-            # an independent test sample, reported as they are. Without checks (check_every=0) the final exact
-            # match decides; tasks without an exact-match criterion (lm) count as learned.
-            "learned": learned_at is not None if mastery else (
-                final["exact_match"] >= t.target_exact_match if has_mastery_criterion(cfg.task.name) else True),
-        }
+        metrics = _final_metrics(cfg, final, trained, seconds, device, n_params, learned_at, checks, mastery,
+                                 (lo, hi), check_at)
         checkpoint(trained)
         run_files.atomic_write_text(run_dir / run_files.HISTORY_FILE, _csv(history))
         run_files.write_json(run_dir / run_files.METRICS_FILE, metrics)
         tracker.log_final(metrics, [run_dir / name for name in (run_files.CONFIG_FILE, run_files.HISTORY_FILE,
                                                                 run_files.METRICS_FILE)])
-        if not metrics["learned"]:
-            log.warning("NOT LEARNED: held-out exact match stayed below %.2f at lengths %d-%d for the whole "
-                        "budget (%d steps)", t.target_exact_match, lo, hi, t.steps)
-        log.info(
-            "done in %.1f s: exact match %.4f, token accuracy %.4f, loss %.4f at length %d (%d sequences)",
-            seconds, final["exact_match"], final["token_accuracy"], final["loss"], cfg.task.length,
-            final["n_sequences"],
-        )
+        _log_outcome(cfg, metrics, seconds, (lo, hi))
         return metrics
+
+
+def _final_metrics(cfg: RunConfig, final: dict, trained: int, seconds: float, device, n_params: int,
+                   learned_at: int | None, checks: list, mastery: bool, lengths: tuple[int, int],
+                   check_at: list[int]) -> dict[str, Any]:
+    """metrics.json: the run, its final scores at L (``final``), steps and time, and whether it learned."""
+    t = cfg.train
+    return {
+        "encoder": cfg.encoder.name, "task": cfg.task.name, "train_length": cfg.task.length,
+        "seed": cfg.seed, "steps": trained, "budget": t.steps, "train_seconds": round(seconds, 2),
+        "device": str(device), "parameters": n_params, "eval_length": cfg.task.length, **final,
+        "steps_to_learn": learned_at, "checks": checks, "train_lengths": list(lengths), "check_lengths": check_at,
+        # Mastery: a check on held-out (validation) sequences reached the target; the final metrics above are
+        # an independent test sample, reported as they are. Without checks (check_every=0) the final exact
+        # match decides; tasks without an exact-match criterion (lm) count as learned.
+        "learned": learned_at is not None if mastery else (
+            final["exact_match"] >= t.target_exact_match if has_mastery_criterion(cfg.task.name) else True),
+    }  # fmt: skip
+
+
+def _log_outcome(cfg: RunConfig, metrics: dict, seconds: float, lengths: tuple[int, int]) -> None:
+    t = cfg.train
+    if not metrics["learned"]:
+        log.warning("NOT LEARNED: held-out exact match stayed below %.2f at lengths %d-%d for the whole "
+                    "budget (%d steps)", t.target_exact_match, *lengths, t.steps)
+    log.info(
+        "done in %.1f s: exact match %.4f, token accuracy %.4f, loss %.4f at length %d (%d sequences)",
+        seconds, metrics["exact_match"], metrics["token_accuracy"], metrics["loss"], cfg.task.length,
+        metrics["n_sequences"],
+    )
+
+
+def _check_finite(finite: torch.Tensor, step: int) -> None:
+    """Stop on a non-finite loss (one host-device sync, at log and checkpoint steps only)."""
+    if not bool(finite):
+        raise PosencError(f"the loss became non-finite by step {step}; stopped, the last checkpoint is kept "
+                          "(try a lower train.lr)")
+
+
+def _interrupted(signum: int, step: int, steps: int, run_dir: Path) -> TrainingInterrupted:
+    name = signal.Signals(signum).name
+    return TrainingInterrupted(f"{name} at step {step}/{steps}: checkpoint saved in {run_dir}; run the same "
+                               "command again to resume", 128 + signum)
+
+
+def _log_start(cfg: RunConfig, task, model, device: torch.device, run_dir: Path) -> int:
+    """Log what is trained where; the model's parameter count."""
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("training %s on %s (length %d), %d steps, %s parameters, device %s -> %s", cfg.encoder.name,
+             cfg.task.name, cfg.task.length, cfg.train.steps, f"{n_params:,}", device, run_dir)
+    if task.describe_data():
+        log.info("data: %s", task.describe_data())
+    return n_params
+
+
+def _setup(cfg: RunConfig, device: torch.device) -> tuple:
+    """``(task, model, step_model, optimizer, scheduler, autocast dtype)`` for training ``cfg`` on ``device``,
+    the model initialised from the seed; ``step_model`` is the compiled model where compilation is on (the same
+    parameters)."""
+    torch.manual_seed(cfg.seed)
+    task, _, model = cfg.build()
+    model.to(device).train()
+    optimizer = make_optimizer(model, cfg)
+    compiled, autocast_dtype = step_settings(cfg, device)
+    step_model = torch.compile(model, dynamic=True) if compiled else model  # same parameters as `model`
+    t = cfg.train
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, t.warmup_steps, t.steps, t.final_lr_ratio)
+    )
+    return task, model, step_model, optimizer, scheduler, autocast_dtype
+
+
+def _step(batch, model, step_model, optimizer, scheduler, autocast_dtype: torch.dtype | None,
+          grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step on ``batch`` (already on the device); ``(logits, loss)``, neither read back here."""
+    device_type = batch.inputs.device.type
+    with torch.autocast(device_type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+        logits = step_model(batch.inputs)
+        loss = answer_loss(logits.float(), batch)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    model.encoder.project_parameters()  # e.g. KERPLE's r1, r2 >= eps, also when the step is compiled
+    scheduler.step()
+    return logits, loss
+
+
+def _log_row(step: int, length: int, logits: torch.Tensor, batch, lr: float) -> dict[str, Any]:
+    """history.csv's row for this step: the batch's own scores (read now, no per-step host syncs between)."""
+    scores = Scores()
+    scores.add(logits.detach().float(), batch)
+    return {"step": step, "length": length, **scores.means(), "lr": lr}
+
+
+def _restore(state: dict, model, optimizer, scheduler, data: torch.Generator) -> tuple:
+    """Load a checkpoint's training state into the loop's objects; ``(first step, history, elapsed seconds,
+    checks, learned_at)`` to go on from."""
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    set_rng_states(state["rng"], data)
+    return state["step"] + 1, state["history"], state["elapsed"], state.get("checks", []), state.get("learned_at")
 
 
 CHECK_SEED = 4321  # held-out sequences of the mastery checks: neither training data nor the final evaluation's
