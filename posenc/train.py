@@ -96,7 +96,7 @@ def train(
         run_files.atomic_write_text(run_dir / run_files.OVERRIDES_FILE, run_files.dump_yaml(overrides))
 
     device = resolve_device(cfg.device)
-    task, model, step_model, optimizer, scheduler, autocast_dtype = _setup(cfg, device)
+    task, model, step_model, optimizer, scheduler, autocast_dtype = setup_training(cfg, device)
     t = cfg.train
     data = torch.Generator().manual_seed(cfg.seed)  # the training stream: deterministic from the seed
     first, history, elapsed = 1, [], 0.0
@@ -132,7 +132,8 @@ def train(
                     break  # resumed after the criterion was met: nothing left to train
                 batch, length = draw_batch(task, t.batch_size, lo, hi, cfg.task.length_draw, data)
                 batch = batch.to(device)
-                logits, loss = _step(batch, model, step_model, optimizer, scheduler, autocast_dtype, t.grad_clip)
+                logits, loss = optimizer_step(batch, model, step_model, optimizer, scheduler, autocast_dtype,
+                                              t.grad_clip)
                 finite &= torch.isfinite(loss)
                 if step % t.log_every == 0 or step == t.steps:
                     _check_finite(finite, step)
@@ -226,7 +227,7 @@ def _log_start(cfg: RunConfig, task, model, device: torch.device, run_dir: Path)
     return n_params
 
 
-def _setup(cfg: RunConfig, device: torch.device) -> tuple:
+def setup_training(cfg: RunConfig, device: torch.device) -> tuple:
     """``(task, model, step_model, optimizer, scheduler, autocast dtype)`` for training ``cfg`` on ``device``,
     the model initialised from the seed; ``step_model`` is the compiled model where compilation is on (the same
     parameters)."""
@@ -243,7 +244,7 @@ def _setup(cfg: RunConfig, device: torch.device) -> tuple:
     return task, model, step_model, optimizer, scheduler, autocast_dtype
 
 
-def _step(batch, model, step_model, optimizer, scheduler, autocast_dtype: torch.dtype | None,
+def optimizer_step(batch, model, step_model, optimizer, scheduler, autocast_dtype: torch.dtype | None,
           grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
     """One optimizer step on ``batch`` (already on the device); ``(logits, loss)``, neither read back here."""
     device_type = batch.inputs.device.type

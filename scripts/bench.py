@@ -9,7 +9,7 @@ Everything is measured in this one process, so every ratio compares numbers take
     python scripts/bench.py --sections jobs      # sweeps: N one-thread jobs against one N-thread job
 
 Needs the ``bench`` extra (``pip install -e ".[bench]"``) for the reference model. Writes
-``results/bench/{training,forward,rope,jobs}.csv`` (the sections run) and ``results/bench/bench.md``, and
+``results/bench/{training,step,forward,rope,jobs}.csv`` (the sections run) and ``results/bench/bench.md``, and
 prints the tables.
 """
 
@@ -366,6 +366,118 @@ def rope_section(args, device) -> pd.DataFrame:
 
 
 # --- output ------------------------------------------------------------------------------------------
+# The headline's own training step, broken down (issue 24 item 3). Op names per category, as the profiler
+# reports them on CPU and CUDA; time in no op (Python, the autograd engine's bookkeeping) is "python".
+_CATEGORIES = {
+    "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul"),
+    "attention": ("scaled_dot_product", "aten::_softmax", "aten::softmax", "flash", "efficient_attention"),
+    "norm_activation": ("layer_norm", "gelu", "aten::rsqrt", "rms_norm"),
+    "optimizer": ("_foreach_", "adam", "clip_grad", "aten::_fused"),
+}
+
+
+def _category(op: str) -> str:
+    lowered = op.lower()
+    for category, needles in _CATEGORIES.items():
+        if any(n in lowered for n in needles):
+            return category
+    return "other_ops"
+
+
+def headline_config(encoder: str, device: torch.device):
+    """The RunConfig of a length-generalization run (the headline's model: d_model 64, 3 layers, batch 64 x up
+    to 32 tokens, lengths drawn per sequence) with ``encoder``, composed by Hydra as ``posenc train`` would."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from posenc.config import run_config_from_dict
+
+    with initialize_config_module(config_module="posenc.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["experiment=length_generalization", f"encoder={encoder}",
+                                                       f"device={device.type}", "train.compile=false"])
+    return run_config_from_dict(OmegaConf.to_container(cfg, resolve=True))
+
+
+def step_section(args, device, autocast) -> pd.DataFrame:
+    """One training step at the headline's shape, with posenc's own pieces (posenc.train.setup_training,
+    draw_batch, optimizer_step): milliseconds per step (median of ``args.steps`` x 5 steps after warm-up), its
+    phases timed by the clock (data, forward + loss, backward, clipping + AdamW + schedule), the profiler's op
+    time by category and the rest (Python and autograd bookkeeping), and MFU against the matmul rate measured
+    here, all at one thread. On CUDA the phases are synchronised first, so they add up to the step."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the headline's sweep jobs run (OMP_NUM_THREADS=1, two jobs on two cores)
+    try:
+        return _step_rows(args, device, autocast)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _step_rows(args, device, autocast) -> pd.DataFrame:
+    from torch.profiler import ProfilerActivity, profile
+
+    from posenc.evaluate import answer_loss
+    from posenc.train import draw_batch, setup_training
+
+    peak = matmul_flops(device, autocast or torch.float32)  # at one thread, like the steps
+    names = ["rope", *[n for n in ("cope", "fox", "pope", "fire", "t5", "alibi") if n in args.encoders]]
+    rows = []
+    for name in names:
+        cfg = headline_config(name, device)
+        task, model, step_model, optimizer, scheduler, _ = setup_training(cfg, device)
+        lo, hi = cfg.training_lengths(task)
+        data = torch.Generator().manual_seed(0)
+        batch_size = 4 if args.quick else cfg.train.batch_size
+
+        def phases() -> list[float]:
+            marks = [time.perf_counter()]
+            batch, _ = draw_batch(task, batch_size, lo, hi, cfg.task.length_draw, data)
+            batch = batch.to(device)
+            sync(device)
+            marks.append(time.perf_counter())
+            with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+                loss = answer_loss(step_model(batch.inputs).float(), batch)
+            sync(device)
+            marks.append(time.perf_counter())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            sync(device)
+            marks.append(time.perf_counter())
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+            optimizer.step()
+            model.encoder.project_parameters()
+            scheduler.step()
+            sync(device)
+            marks.append(time.perf_counter())
+            return [b - a for a, b in zip(marks, marks[1:])]
+
+        for _ in range(5):
+            phases()  # warm-up
+        n = max(2, args.steps) * 5
+        timed = pd.DataFrame([phases() for _ in range(n)], columns=["data", "forward", "backward", "optimizer"])
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with profile(activities=activities) as prof:
+            start = time.perf_counter()
+            for _ in range(n):
+                phases()
+            wall = time.perf_counter() - start
+        by_category: dict[str, float] = {}
+        for event in prof.key_averages():
+            by_category[_category(event.key)] = by_category.get(_category(event.key), 0.0) + event.self_cpu_time_total
+        total_ops = sum(by_category.values()) / 1e6  # seconds
+        step_s = timed.sum(axis=1).median()
+        flops = train_flops_per_token(model, cfg.model.n_layers, cfg.model.d_model, hi) * batch_size * hi
+        row = {"encoder": name, "ms_per_step": 1e3 * step_s, "mfu": flops / step_s / peak,
+               **{f"{k}_ms": 1e3 * v for k, v in timed.median().items()}}
+        row.update({f"{k}_share": v / 1e6 / wall for k, v in sorted(by_category.items())})
+        row["python_share"] = max(0.0, 1 - total_ops / wall)
+        rows.append(row)
+        console.print(f"  step {name}: {row['ms_per_step']:.1f} ms, MFU {row['mfu']:.3f}")
+    table = pd.DataFrame(rows)
+    table["vs_rope"] = table["ms_per_step"].iloc[0] / table["ms_per_step"]  # throughput ratio to rope
+    table.attrs["matmul_gflops"] = peak / 1e9
+    return table
+
+
 def show(title: str, table: pd.DataFrame) -> None:
     out = Table(title=title)
     for column in table.columns:
@@ -396,8 +508,9 @@ def main() -> None:
     parser.add_argument("--encoders", default=",".join(ENCODERS),
                         help="comma-separated encoders (rope and nope, the references of the ratios, are "
                              "always added)")
-    parser.add_argument("--sections", default="training,rope,forward",
-                        help="which of training,rope,forward,jobs (jobs: N one-thread jobs against one N-thread job)")
+    parser.add_argument("--sections", default="training,step,rope,forward",
+                        help="which of training,step,rope,forward,jobs (step: the headline's own training step, "
+                             "broken down; jobs: N one-thread jobs against one N-thread job)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         console.print("error: --device cuda, but no CUDA device is available")
@@ -415,9 +528,9 @@ def main() -> None:
         args.encoders = ENCODERS.parse(args.encoders, "--encoders")
         args.encoders = [name for name in ("rope", "nope") if name not in args.encoders] + args.encoders
         args.sections = [n.strip() for n in args.sections.split(",") if n.strip()]
-        assert args.sections and set(args.sections) <= {"training", "rope", "forward", "jobs"}
+        assert args.sections and set(args.sections) <= {"training", "step", "rope", "forward", "jobs"}
     except (PosencError, AssertionError) as err:
-        console.print(f"error: {err or '--sections must name some of training, rope, forward, jobs'}")
+        console.print(f"error: {err or '--sections must name some of training, step, rope, forward, jobs'}")
         sys.exit(2)
     if args.quick:
         args.lengths, args.batch, args.length, args.steps, args.rounds = [256, 1024], 4, 32, 2, 2
@@ -427,6 +540,7 @@ def main() -> None:
     console.print(f"[bold]posenc benchmark[/] on {machine(device)}")
     makers = {
         "training": lambda: training_section(args, device, autocast),
+        "step": lambda: step_section(args, device, autocast),
         "rope": lambda: rope_section(args, device),
         "jobs": lambda: jobs_section(args),
         "forward": lambda: forward_section(args, device, autocast),  # last: it changes how freed memory is returned
@@ -443,11 +557,16 @@ def main() -> None:
         "forward": "Forward pass, batch 1: best time, first call (compilation included) and peak memory (process "
                    "RSS on CPU); ratios to rope and to plain fused causal SDPA (nope)",
         "rope": "Rotary kernel time",
+        "step": "The headline's training step (d_model 64, 3 layers, batch 64 x lengths 9-32, copy; one thread, "
+                "as its sweep jobs run): ms per step "
+                "(median), its phases by the clock, the profiler's op time by category and the rest (python: "
+                "interpreter and autograd bookkeeping), MFU against the matmul rate measured in this run",
         "jobs": "Sweep jobs on this machine: the headline's model (d_model 64, 3 layers, batch 64 x 32 tokens), "
                 "same total steps, wall time of all jobs",
     }
-    if "training" in sections:
-        titles["training"] += f"; matmul {sections['training'].attrs['matmul_gflops']:.1f} GFLOP/s"
+    for key in ("training", "step"):
+        if key in sections:
+            titles[key] += f"; matmul {sections[key].attrs['matmul_gflops']:.1f} GFLOP/s"
     for key, table in sections.items():
         show(titles[key], table)
         atomic_write_text(args.out / f"{key}.csv", table.to_csv(index=False))

@@ -31,6 +31,13 @@ def test_bench_quick_run_writes_every_table(tmp_path):
     forward = pd.read_csv(out / "forward.csv")
     assert sorted(set(forward["encoder"])) == sorted(ENCODERS) and set(forward["length"]) == {256, 1024}
     assert (forward["seconds"] > 0).all() and (forward["peak_mib"] > 0).all()
+    step = pd.read_csv(out / "step.csv")  # the headline's own step, broken down
+    assert step["encoder"].iloc[0] == "rope" and {"cope", "fox", "pope"} <= set(step["encoder"])
+    assert (step["ms_per_step"] > 0).all() and (step["mfu"] > 0).all() and step["vs_rope"].iloc[0] == 1.0
+    phases = step[["data_ms", "forward_ms", "backward_ms", "optimizer_ms"]].sum(axis=1)
+    assert (phases <= step["ms_per_step"] * 1.5).all() and (step["matmul_share"] > 0).all()
+    shares = step.filter(like="_share").sum(axis=1)
+    assert ((shares > 0.5) & (shares < 1.5)).all()  # the categories and the rest cover the profiled time
     rope = pd.read_csv(out / "rope.csv")
     assert rope["ms"].gt(0).all() and rope["vs_rotate_half"].iloc[-1] == 1.0
     assert "Training throughput" in (out / "bench.md").read_text()
