@@ -403,7 +403,8 @@ def step_section(args, device, autocast) -> pd.DataFrame:
     draw_batch, optimizer_step): milliseconds per step (median of ``args.steps`` x 5 steps after warm-up), its
     phases timed by the clock (data, forward + loss, backward, clipping + AdamW + schedule), the profiler's op
     time by category and the rest (Python and autograd bookkeeping), and MFU against the matmul rate measured
-    here, all at one thread. On CUDA the phases are synchronised first, so they add up to the step."""
+    here, all at one thread; encoders interleaved in rounds, so that a drift of the machine reaches them alike. On
+    CUDA the phases are synchronised first, so they add up to the step."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the headline's sweep jobs run (OMP_NUM_THREADS=1, two jobs on two cores)
     try:
@@ -412,68 +413,91 @@ def step_section(args, device, autocast) -> pd.DataFrame:
         torch.set_num_threads(threads)
 
 
-def _step_rows(args, device, autocast) -> pd.DataFrame:
-    from torch.profiler import ProfilerActivity, profile
-
+def _phases(name: str, device, autocast, quick: bool) -> tuple[Callable[[], list[float]], float]:
+    """A function timing one training step of encoder ``name`` at the headline's shape by phase (seconds of
+    data, forward + loss, backward, optimizer), warmed up; and the step's model FLOPs."""
     from posenc.evaluate import answer_loss
     from posenc.train import draw_batch, setup_training
 
+    cfg = headline_config(name, device)
+    task, model, step_model, optimizer, scheduler, _ = setup_training(cfg, device)
+    lo, hi = cfg.training_lengths(task)
+    data = torch.Generator().manual_seed(0)
+    batch_size = 4 if quick else cfg.train.batch_size
+
+    def phases() -> list[float]:
+        marks = [time.perf_counter()]
+        batch, _ = draw_batch(task, batch_size, lo, hi, cfg.task.length_draw, data)
+        batch = batch.to(device)
+        sync(device)
+        marks.append(time.perf_counter())
+        with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+            loss = answer_loss(step_model(batch.inputs).float(), batch)
+        sync(device)
+        marks.append(time.perf_counter())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        sync(device)
+        marks.append(time.perf_counter())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+        optimizer.step()
+        model.encoder.project_parameters()
+        scheduler.step()
+        sync(device)
+        marks.append(time.perf_counter())
+        return [b - a for a, b in zip(marks, marks[1:])]
+
+    for _ in range(5):
+        phases()  # warm-up
+    flops = train_flops_per_token(model, cfg.model.n_layers, cfg.model.d_model, hi) * batch_size * hi
+    return phases, flops
+
+
+def _profiled_shares(phases: Callable[[], list[float]], device, n: int) -> dict[str, float]:
+    """Share of ``n`` profiled steps' wall time per op category, and the rest (``python``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for _ in range(n):
+            phases()
+        wall = time.perf_counter() - start
+    by_category: dict[str, float] = {}
+    for event in prof.key_averages():
+        by_category[_category(event.key)] = by_category.get(_category(event.key), 0.0) + event.self_cpu_time_total
+    shares = {f"{k}_share": v / 1e6 / wall for k, v in sorted(by_category.items())}
+    shares["python_share"] = max(0.0, 1 - sum(by_category.values()) / 1e6 / wall)
+    return shares
+
+
+def _step_rows(args, device, autocast) -> pd.DataFrame:
+    """``args.rounds`` interleaved rounds (every encoder once per round, as in the training section), each
+    ``args.steps`` x 5 steps; a step's time is the median of all its steps, its ratio to rope the median of the
+    per-round ratios (lowest and highest beside it); one profiled pass per encoder after the rounds."""
     peak = matmul_flops(device, autocast or torch.float32)  # at one thread, like the steps
     names = ["rope", *[n for n in ("cope", "fox", "pope", "fire", "t5", "alibi") if n in args.encoders]]
+    benches = {name: _phases(name, device, autocast, args.quick) for name in names}
+    n = max(2, args.steps) * 5
+    timed: dict[str, list[pd.DataFrame]] = {name: [] for name in names}
+    for round_ in range(args.rounds):
+        for name in names:
+            phases = benches[name][0]
+            timed[name].append(pd.DataFrame([phases() for _ in range(n)],
+                                            columns=["data", "forward", "backward", "optimizer"]))
+            console.print(f"  step {name}, round {round_ + 1}/{args.rounds}: "
+                          f"{1e3 * timed[name][-1].sum(axis=1).median():.1f} ms")
+    rope_rounds = pd.Series([t.sum(axis=1).median() for t in timed["rope"]])
     rows = []
     for name in names:
-        cfg = headline_config(name, device)
-        task, model, step_model, optimizer, scheduler, _ = setup_training(cfg, device)
-        lo, hi = cfg.training_lengths(task)
-        data = torch.Generator().manual_seed(0)
-        batch_size = 4 if args.quick else cfg.train.batch_size
-
-        def phases() -> list[float]:
-            marks = [time.perf_counter()]
-            batch, _ = draw_batch(task, batch_size, lo, hi, cfg.task.length_draw, data)
-            batch = batch.to(device)
-            sync(device)
-            marks.append(time.perf_counter())
-            with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
-                loss = answer_loss(step_model(batch.inputs).float(), batch)
-            sync(device)
-            marks.append(time.perf_counter())
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            sync(device)
-            marks.append(time.perf_counter())
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-            optimizer.step()
-            model.encoder.project_parameters()
-            scheduler.step()
-            sync(device)
-            marks.append(time.perf_counter())
-            return [b - a for a, b in zip(marks, marks[1:])]
-
-        for _ in range(5):
-            phases()  # warm-up
-        n = max(2, args.steps) * 5
-        timed = pd.DataFrame([phases() for _ in range(n)], columns=["data", "forward", "backward", "optimizer"])
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-        with profile(activities=activities) as prof:
-            start = time.perf_counter()
-            for _ in range(n):
-                phases()
-            wall = time.perf_counter() - start
-        by_category: dict[str, float] = {}
-        for event in prof.key_averages():
-            by_category[_category(event.key)] = by_category.get(_category(event.key), 0.0) + event.self_cpu_time_total
-        total_ops = sum(by_category.values()) / 1e6  # seconds
-        step_s = timed.sum(axis=1).median()
-        flops = train_flops_per_token(model, cfg.model.n_layers, cfg.model.d_model, hi) * batch_size * hi
-        row = {"encoder": name, "ms_per_step": 1e3 * step_s, "mfu": flops / step_s / peak,
-               **{f"{k}_ms": 1e3 * v for k, v in timed.median().items()}}
-        row.update({f"{k}_share": v / 1e6 / wall for k, v in sorted(by_category.items())})
-        row["python_share"] = max(0.0, 1 - total_ops / wall)
-        rows.append(row)
-        console.print(f"  step {name}: {row['ms_per_step']:.1f} ms, MFU {row['mfu']:.3f}")
+        steps = pd.concat(timed[name])
+        step_s = steps.sum(axis=1).median()
+        ratios = rope_rounds / pd.Series([t.sum(axis=1).median() for t in timed[name]])  # throughput vs rope
+        rows.append({"encoder": name, "ms_per_step": 1e3 * step_s, "mfu": benches[name][1] / step_s / peak,
+                     "vs_rope": ratios.median(), "vs_rope_low": ratios.min(), "vs_rope_high": ratios.max(),
+                     **{f"{k}_ms": 1e3 * v for k, v in steps.median().items()},
+                     **_profiled_shares(benches[name][0], device, n)})
     table = pd.DataFrame(rows)
-    table["vs_rope"] = table["ms_per_step"].iloc[0] / table["ms_per_step"]  # throughput ratio to rope
     table.attrs["matmul_gflops"] = peak / 1e9
     return table
 
