@@ -24,3 +24,31 @@ def has_mastery_criterion(task: str | None) -> bool:
     """Whether a run of ``task`` is learned when its held-out exact match reaches a target (the mastery rule):
     every task judged on exact match first, not lm (scored by perplexity); unknown names count as such."""
     return report_metrics(task)[0] == "exact_match"
+
+
+# Convergence, the learned rule of tasks without a mastery criterion (lm): every ``train.check_every`` steps the
+# held-out loss at the training length is recorded; a run converged when that loss fell by less than
+# CONVERGENCE_TOLERANCE (relative) over the last CONVERGENCE_SHARE of its budget - another quarter of the
+# training it had would have bought under 2%. Stated before the lm runs were trained (issue 28).
+CONVERGENCE_SHARE = 0.25
+CONVERGENCE_TOLERANCE = 0.02
+
+
+def loss_fall(checks: list[list[float]], budget: int, share: float = CONVERGENCE_SHARE) -> float | None:
+    """The relative fall of the held-out loss over the last ``share`` of a ``budget``-step run: ``(l_a - l_b) /
+    l_a`` with ``l_b`` the last check's loss and ``l_a`` the loss at the last check at or before step
+    ``(1 - share) * budget``. ``checks`` is ``[[step, held-out loss], ...]`` in step order; None when the run has
+    no check that early, or its last check is not at the budget's end (it did not finish)."""
+    if not checks or checks[-1][0] < budget:
+        return None
+    early = [loss for step, loss in checks if step <= (1 - share) * budget]
+    if not early or early[-1] <= 0:
+        return None
+    return (early[-1] - checks[-1][1]) / early[-1]
+
+
+def converged(checks: list[list[float]], budget: int) -> bool:
+    """Whether the held-out loss fell by less than :data:`CONVERGENCE_TOLERANCE` over the last
+    :data:`CONVERGENCE_SHARE` of the budget (:func:`loss_fall`); False when that cannot be measured."""
+    fall = loss_fall(checks, budget)
+    return fall is not None and fall < CONVERGENCE_TOLERANCE

@@ -28,7 +28,7 @@ from posenc.config import RunConfig
 from posenc.errors import PosencError
 from posenc.evaluate import Scores, answer_loss, evaluate, resolve_device
 from posenc.progress import live_bars, make_progress
-from posenc.task_facts import has_mastery_criterion
+from posenc.task_facts import converged, has_mastery_criterion, loss_fall
 from posenc.tracking import check_logger, open_tracker
 
 log = logging.getLogger("posenc.train")
@@ -100,7 +100,7 @@ def train(
     t = cfg.train
     data = torch.Generator().manual_seed(cfg.seed)  # the training stream: deterministic from the seed
     first, history, elapsed = 1, [], 0.0
-    checks: list[list[float]] = []  # [step, held-out exact match] of every mastery check
+    checks: list[list[float]] = []  # [step, held-out exact match] of every mastery check (lm: held-out loss)
     learned_at: int | None = None  # steps-to-learn: the first check that met the criterion
     if state is not None:
         first, history, elapsed, checks, learned_at = _restore(state, model, optimizer, scheduler, data)
@@ -126,6 +126,7 @@ def train(
             bar = progress.add_task(f"{cfg.encoder.name}/{cfg.task.name}", total=t.steps, completed=first - 1,
                                     loss=math.nan, acc=math.nan)  # fmt: skip
             mastery = t.check_every > 0 and has_mastery_criterion(cfg.task.name)  # lm: no criterion
+            loss_checks = t.check_every > 0 and not mastery  # lm: converged instead (task_facts.converged)
             step = first - 1
             for step in range(first, t.steps + 1):
                 if learned_at is not None:
@@ -148,6 +149,9 @@ def train(
                     _check_finite(finite, step)
                     checkpoint(step)
                     raise _interrupted(stop.received, step, t.steps, run_dir)
+                if loss_checks and step % t.check_every == 0:  # lm: the convergence rule's record
+                    checks.append([step, heldout_loss(model, task, cfg.task.length, t.check_sequences)])
+                    log.info("step %d  held-out loss %.4f", step, checks[-1][1])
                 if mastery and step % t.check_every == 0:
                     score = mastery_check(model, task, check_at, t.check_sequences)
                     checks.append([step, score])
@@ -186,15 +190,30 @@ def _final_metrics(cfg: RunConfig, final: dict, trained: int, seconds: float, de
         "steps_to_learn": learned_at, "checks": checks, "train_lengths": list(lengths), "check_lengths": check_at,
         # Mastery: a check on held-out (validation) sequences reached the target; the final metrics above are
         # an independent test sample, reported as they are. Without checks (check_every=0) the final exact
-        # match decides; tasks without an exact-match criterion (lm) count as learned.
-        "learned": learned_at is not None if mastery else (
-            final["exact_match"] >= t.target_exact_match if has_mastery_criterion(cfg.task.name) else True),
+        # match decides. Tasks without an exact-match criterion (lm) are learned once converged (the held-out
+        # loss checks flattened, task_facts.converged); without checks they count as learned.
+        "learned": _learned(cfg, final, learned_at, checks, mastery),
+        "check_metric": ("exact_match" if mastery else "loss") if checks else None,
+        "heldout_loss_fall": None if mastery else loss_fall(checks, t.steps),
     }  # fmt: skip
+
+
+def _learned(cfg: RunConfig, final: dict, learned_at: int | None, checks: list, mastery: bool) -> bool:
+    """metrics.json's ``learned``: the mastery check met; without checks the final exact match; lm: converged."""
+    if mastery:
+        return learned_at is not None
+    if has_mastery_criterion(cfg.task.name):
+        return final["exact_match"] >= cfg.train.target_exact_match
+    return converged(checks, cfg.train.steps) if checks else True
 
 
 def _log_outcome(cfg: RunConfig, metrics: dict, seconds: float, lengths: tuple[int, int]) -> None:
     t = cfg.train
-    if not metrics["learned"]:
+    if not metrics["learned"] and not has_mastery_criterion(cfg.task.name):
+        log.warning("NOT CONVERGED: the held-out loss fell by %s over the last quarter of the budget (%d steps)",
+                    "an unmeasured share" if metrics["heldout_loss_fall"] is None
+                    else f"{metrics['heldout_loss_fall']:.1%}", t.steps)
+    elif not metrics["learned"]:
         log.warning("NOT LEARNED: held-out exact match stayed below %.2f at lengths %d-%d for the whole "
                     "budget (%d steps)", t.target_exact_match, *lengths, t.steps)
     log.info(
@@ -312,6 +331,12 @@ def mastery_check(model: torch.nn.Module, task, lengths: int | list[int], sequen
     each = math.ceil(sequences / len(lengths))
     scores = [evaluate(model, task, n, each, seed=CHECK_SEED)["exact_match"] for n in lengths]
     return sum(scores) / len(scores)
+
+
+def heldout_loss(model: torch.nn.Module, task, length: int, sequences: int) -> float:
+    """Mean loss of ``model`` on ``sequences`` held-out sequences of ``length`` tokens (lm: windows of the
+    held-out text), the same ones at every check: the record :func:`posenc.task_facts.converged` reads."""
+    return evaluate(model, task, length, sequences, seed=CHECK_SEED)["loss"]
 
 
 def _finished(state: dict[str, Any], cfg: RunConfig) -> bool:

@@ -197,16 +197,53 @@ def test_resume_from_a_learned_run_elsewhere_trains_no_further(tmp_path, monkeyp
     assert (second["steps"], second["steps_to_learn"], second["learned"]) == (2, 2, True)
 
 
-def test_lm_has_no_mastery_checks_and_counts_as_learned(tmp_path, monkeypatch):
-    calls = scripted_checks(monkeypatch, [0.0])
+def _lm_overrides(tmp_path, *extra):
     corpus = tmp_path / "texts"
-    corpus.mkdir()
+    corpus.mkdir(exist_ok=True)
     for i in range(8):
         (corpus / f"t{i}.txt").write_text(f"line {i}\n" * 60)
-    overrides = ("task=lm", f"task.corpus={corpus}", "task.pattern=*.txt", "train.check_every=1")
+    return ("task=lm", f"task.corpus={corpus}", "task.pattern=*.txt", *extra)
+
+
+@pytest.mark.parametrize(("losses", "learned", "fall"), [
+    ([2.0, 1.5, 1.2, 1.19], True, 0.01 / 1.2),   # the last quarter (step 3 -> 4) bought under 2%: converged
+    ([2.0, 1.5, 1.2, 1.0], False, 0.2 / 1.2),    # still falling: not converged, hence not learned
+])
+def test_lm_is_learned_once_its_heldout_loss_converged(tmp_path, monkeypatch, losses, learned, fall):
+    import posenc.train
+
+    calls = scripted_checks(monkeypatch, [0.0])
+    seen = []
+
+    def loss(model, task, length, sequences):
+        seen.append((length, sequences))
+        return losses[len(seen) - 1]
+
+    monkeypatch.setattr(posenc.train, "heldout_loss", loss)
+    overrides = _lm_overrides(tmp_path, "train.check_every=1", "train.check_sequences=8")
     metrics = train(tiny_config(*overrides), tmp_path / "run", tiny_dict(*overrides))
-    assert calls == [] and metrics["checks"] == [] and metrics["steps_to_learn"] is None
-    assert (metrics["steps"], metrics["learned"]) == (4, True)
+    assert calls == [] and metrics["steps_to_learn"] is None  # lm: no mastery checks, no early stop
+    assert seen == [(metrics["train_length"], 8)] * 4
+    assert metrics["checks"] == [[step, value] for step, value in zip(range(1, 5), losses)]
+    assert metrics["check_metric"] == "loss" and metrics["heldout_loss_fall"] == pytest.approx(fall)
+    assert (metrics["steps"], metrics["learned"]) == (4, learned)
+
+
+def test_lm_without_checks_counts_as_learned(tmp_path, monkeypatch):
+    calls = scripted_checks(monkeypatch, [0.0])
+    overrides = _lm_overrides(tmp_path, "train.check_every=0")
+    metrics = train(tiny_config(*overrides), tmp_path / "run", tiny_dict(*overrides))
+    assert calls == [] and metrics["checks"] == [] and metrics["check_metric"] is None
+    assert (metrics["steps"], metrics["learned"], metrics["heldout_loss_fall"]) == (4, True, None)
+
+
+def test_heldout_loss_scores_the_same_heldout_text_each_check(tmp_path):
+    from posenc.train import heldout_loss
+
+    overrides = _lm_overrides(tmp_path)
+    task, _, model = tiny_config(*overrides).build()
+    first = heldout_loss(model, task, 16, 4)
+    assert math.isfinite(first) and heldout_loss(model, task, 16, 4) == first
 
 
 def test_mastery_check_scores_held_out_sequences_of_its_own(monkeypatch):
