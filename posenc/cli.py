@@ -203,7 +203,8 @@ def compare(
 
     Reuses evaluations in OUT's tables, evaluates only missing (run, length) pairs, never trains.
     """
-    from posenc.extrapolate import check_max_hours, distinct_runs, not_learned_note, run_config, scaling_note
+    from posenc.extrapolate import check_max_hours, distinct_runs, not_learned_note, run_config, run_facts
+    from posenc.extrapolate import scaling_note
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.folders import check_destination
     from posenc.pipeline import check_extendable, compare_into
@@ -244,7 +245,7 @@ def compare(
         console.print(f"{len(new.evaluations)} new evaluations", highlight=False)
         run_ids = {run_identity(run_config(run)).run_id for run in found}
         comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), choices,
-                                                  extend=extend, replaced=given)
+                                                  extend=extend, replaced=given, facts=run_facts(found))
     print_comparison(comparison)
     print_notes(unreadable + skipped, same, scaling_note(new.evaluations, scalings),
                 None if include_not_learned else not_learned_note(new.evaluations, wanted))

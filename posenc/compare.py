@@ -18,13 +18,21 @@ import pandas as pd
 from posenc.arguments import NO_SCALING
 from posenc.stats import group_estimate
 from posenc.store import KEY, NO_DEPTH, Results, describe_config, differing_keys
-from posenc.task_facts import ANSWER_ALPHABET
+from posenc.task_facts import ANSWER_ALPHABET, has_mastery_criterion
 
 GROUP = ["task", "encoder", "config_id", "train_length", "eval_length", "scaling", "depth"]
 METRICS = ("exact_match", "token_accuracy", "loss")
 BOUNDED = {"exact_match": True, "token_accuracy": True, "loss": False}
 TABLE_STEM = "comparison"
 NOT_LEARNED = "not learned"
+NOT_CONVERGED = "not converged"
+
+
+def held_back(learned: bool, task: str | None) -> bool:
+    """Whether a group is not compared past its training length: it did not learn a task with a mastery
+    criterion (nothing to extrapolate). An lm group that did not converge (task_facts.converged) is still a
+    language model: it is shown at every length, marked, and only the literature checks hold it back."""
+    return not learned and has_mastery_criterion(task)
 
 
 def with_depth_means(results: Results) -> Results:
@@ -155,7 +163,7 @@ def cell(row: pd.Series, metric: str) -> str:
     """``mean [low, high]`` of ``metric`` in a comparison row; '—' where undefined; groups that did not all
     learn their task show only their in-distribution value, marked, and nothing past it."""
     mean = row[f"{metric}_mean"]
-    if not row["learned"]:
+    if held_back(row["learned"], row.get("task")):
         if row["eval_length"] != row["train_length"]:
             return "n/l"
         shown = "—" if math.isnan(mean) else f"{mean:.3f}"
@@ -163,7 +171,10 @@ def cell(row: pd.Series, metric: str) -> str:
     if math.isnan(mean):
         return "—"
     digits = 2 if metric == "perplexity" else 3
-    return f"{mean:.{digits}f} [{row[f'{metric}_low']:.{digits}f}, {row[f'{metric}_high']:.{digits}f}]"
+    text = f"{mean:.{digits}f} [{row[f'{metric}_low']:.{digits}f}, {row[f'{metric}_high']:.{digits}f}]"
+    if not row["learned"] and row["eval_length"] == row["train_length"]:  # lm: marked once, at L
+        text += f" ({NOT_CONVERGED}: {row['n_learned']}/{row['n_trained']} seeds)"
+    return text
 
 
 def pivot(comparison: pd.DataFrame, metric: str = "exact_match", task: str | None = None) -> pd.DataFrame:

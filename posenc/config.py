@@ -85,6 +85,12 @@ class RunConfig:
         """The task, the encoder and the model this config describes (checks all cross-field rules)."""
         from posenc.model import Transformer
 
+        task, encoder, model_cfg = self.check()
+        return task, encoder, Transformer(model_cfg, encoder)
+
+    def check(self):
+        """``(task, encoder, model config)``: every cross-field rule of :meth:`build` checked without building
+        the model, so that ``posenc train``'s precheck does not build each model a second time."""
         task = build_task(self.task.name, self.task.options)
         model_cfg = dataclasses.replace(self.model, vocab_size=task.vocab_size)
         model_cfg.validate()
@@ -103,7 +109,7 @@ class RunConfig:
                 f"task '{task.key}' needs sequences of at least {task.min_length} tokens, "
                 f"but task.{'min_length' if self.task.variable_length else 'length'} is {shortest}"
             )
-        return task, encoder, Transformer(model_cfg, encoder)
+        return task, encoder, model_cfg
 
     def training_lengths(self, task) -> tuple[int, int]:
         """The shortest and longest training length: ``(length, length)`` unless ``task.variable_length``;

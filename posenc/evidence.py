@@ -11,6 +11,9 @@ import pandas as pd
 from posenc.claims import DEFAULT_MIXER, Side
 from posenc.compare import chance_token_accuracy
 from posenc.store import Results
+from posenc.task_facts import NESTED_EVALUATION
+
+LOSS_CHANGE = "loss_change"  # a derived metric: loss at a length minus the loss of the same text at L (claims)
 
 
 class TableEvidence:
@@ -61,6 +64,8 @@ class TableEvidence:
         return int(rows["train_length"].iloc[0])
 
     def lengths(self, task: str, side: Side, metric: str) -> tuple[int, ...]:
+        if metric == LOSS_CHANGE:
+            return tuple(n for n in self.lengths(task, side, "loss") if self.at_length(task, side, n, metric))
         rows = self._evaluated(task, side)
         if rows is None:
             return ()
@@ -73,7 +78,9 @@ class TableEvidence:
 
     def at_length(self, task: str, side: Side, length: int, metric: str) -> dict[str, np.ndarray] | None:
         """Run id (one per seed) -> per-sequence values at evaluation length ``length``; None: not
-        evaluated."""
+        evaluated. ``"loss_change"`` is derived (:meth:`loss_change`)."""
+        if metric == LOSS_CHANGE:
+            return self.loss_change(task, side, length)
         rows = self._evaluated(task, side)
         if rows is None:
             return None
@@ -82,6 +89,27 @@ class TableEvidence:
             part = self._seq.get((run_id, int(length), side.scaling))
             if part is not None and len(part):
                 out[run_id] = part[metric].to_numpy(dtype=float)
+        return out or None
+
+    def loss_change(self, task: str, side: Side, length: int) -> dict[str, np.ndarray] | None:
+        """Per seed, each sequence's loss at ``length = k·L`` minus the mean loss of the ``k`` sequences that
+        score the same text at the training length ``L`` (the same run, as trained: every scaling method is
+        the identity at ``L``): how much worse the model reads the same bytes with a longer context. Only
+        for tasks whose evaluation nests (:data:`posenc.task_facts.NESTED_EVALUATION`: lm) and lengths that
+        are whole multiples of ``L``; None elsewhere. 0 at ``L`` itself."""
+        train = self.train_length(task, side)
+        if task not in NESTED_EVALUATION or train is None or length % train:
+            return None
+        longer = self.at_length(task, side, length, "loss")
+        base = self.at_length(task, Side(side.encoder, "none", side.mixer), train, "loss")
+        if not longer or not base:
+            return None
+        k, out = length // train, {}
+        for run_id, values in longer.items():
+            short = base.get(run_id)
+            if short is None or short.size < values.size * k:
+                continue
+            out[run_id] = values - short[: values.size * k].reshape(values.size, k).mean(axis=1)
         return out or None
 
     def values(self, task: str, side: Side, factor: int, metric: str) -> list[np.ndarray] | None:

@@ -20,6 +20,7 @@ from posenc import files as run_files
 from posenc import runs as run_dirs
 from posenc.arguments import NO_SCALING
 from posenc.encoders import ENCODERS
+from posenc.compare import held_back
 from posenc.files import learned_from_metrics
 from posenc.task_facts import has_mastery_criterion
 from posenc.errors import PosencError, PositionRangeError
@@ -229,10 +230,7 @@ def extrapolate(
     identity = {run: run_identity(configs[run]) for run in runs}
     ids = {run: identity[run].run_id for run in runs}
     plan = {run: scalings_for(configs[run], scalings) for run in runs}
-    # Mastery belongs to a configuration: if one of its seeds did not learn, none of them is compared past
-    # the training length, so none is evaluated there (the long lengths are the expensive ones).
-    missed = {identity[run].config_id for run in runs  # finished runs only: an unfinished one is skipped below
-              if metrics[run] and not _learned(metrics[run], configs[run]) and not include_not_learned}
+    missed = set() if include_not_learned else _held_back_configs(runs, configs, metrics, identity)
     wanted = {run: [n for n in _lengths_for(configs[run], lengths, up_to, identity[run].config_id not in missed)
                     if any((ids[run], n, scaling_label(sc)) not in done for sc in plan[run])]
               for run in runs}
@@ -253,6 +251,16 @@ def extrapolate(
         first = skipped[0]
         raise PosencError(first if len(skipped) == 1 else f"none of {len(skipped)} runs could be evaluated; {first}")
     return Results.concat(parts), skipped
+
+
+def _held_back_configs(runs: list[Path], configs: dict, metrics: dict, identity: dict) -> set[str]:
+    """The configurations evaluated at their training length only. Mastery belongs to a configuration: if one
+    of its seeds did not learn, none of them is compared past the training length, so none is evaluated there
+    (the long lengths are the expensive ones). lm has no mastery: a run that did not converge is still
+    compared (marked) at every length (:func:`posenc.compare.held_back`). Finished runs only: an unfinished one
+    is skipped anyway."""
+    return {identity[run].config_id for run in runs
+            if metrics[run] and held_back(_learned(metrics[run], configs[run]), _task_name(configs[run]))}
 
 
 def _evaluate_run(run: Path, lengths: list[int], scalings: list, about: dict, dev, sequences: int | None,
@@ -457,10 +465,27 @@ def _lengths_for(config: dict, lengths: list[int] | None, up_to: int, learned: b
     return wanted
 
 
+def run_facts(runs: list[Path]) -> dict[str, dict]:
+    """Run id -> the columns of its rows that its run folder decides now (``learned``, ``steps_to_learn``), for
+    every finished run in ``runs``: ``posenc compare`` refreshes its stored rows with them, so a run whose
+    metrics.json changed (resumed, or a rule like lm's convergence recorded) is never judged on stale rows."""
+    facts = {}
+    for run in runs:
+        metrics = _metrics(run)
+        if metrics:
+            about = _about(run, run_config(run), metrics)
+            facts[about["run_id"]] = {"learned": about["learned"], "steps_to_learn": about["steps_to_learn"]}
+    return facts
+
+
+def _task_name(config: dict) -> str | None:
+    task = config.get("task")
+    return task.get("name") if isinstance(task, dict) else None
+
+
 def _learned(metrics: dict, config: dict) -> bool:
     """Whether a run learned its task in distribution (see :func:`posenc.files.learned_from_metrics`)."""
-    task = config.get("task")
-    return learned_from_metrics(metrics, has_mastery_criterion(task.get("name") if isinstance(task, dict) else None))
+    return learned_from_metrics(metrics, has_mastery_criterion(_task_name(config)))
 
 
 def _about(run: Path, config: dict, metrics: dict) -> dict:
@@ -490,7 +515,8 @@ def not_learned_note(table: pd.DataFrame, lengths: list[int] | None) -> str | No
     lengths). None if there are none."""
     if table.empty:
         return None
-    missed = table[table["config_id"].isin(table.loc[~table["learned"].astype(bool), "config_id"])]
+    held = [held_back(bool(learned), task) for learned, task in zip(table["learned"], table["task"])]
+    missed = table[table["config_id"].isin(table.loc[held, "config_id"])]
     missed = missed.drop_duplicates("run_id")
     if lengths is not None:
         missed = missed[[any(n != t for n in lengths) for t in missed["train_length"]]]

@@ -71,6 +71,7 @@ def store_into(out: Path, new: Results) -> list[Path]:
 def compare_into(
     out: Path, new: Results, run_ids: set[str], lengths: list[int] | None, command: str,
     choices: pd.DataFrame | None = None, extend: bool = False, replaced: set[str] = frozenset(),
+    facts: dict[str, dict] | None = None,
 ) -> tuple[pd.DataFrame, list[Path], dict]:
     """Merge ``new`` into ``out``'s store, then aggregate ``run_ids`` and write tables, figures, report;
     ``choices``: how the runs were chosen among candidates (``--choose``), written beside them.
@@ -78,19 +79,34 @@ def compare_into(
     ``extend``: also aggregate the runs ``out``'s comparison already covers, from ``out``'s tables (their run
     folders need not exist here: runs trained elsewhere stay in the comparison), with their ``choices`` and at
     the lengths it covers as well as ``lengths``; of its runs, those in ``replaced`` (the runs given this time,
-    before any ``--choose``) are compared only if in ``run_ids``: a candidate not chosen now leaves it."""
+    before any ``--choose``) are compared only if in ``run_ids``: a candidate not chosen now leaves it.
+    ``facts``: run id -> column values its run folder decides now (:func:`posenc.extrapolate.run_facts`),
+    written over its stored rows."""
     with updating(out) as stage:  # a parallel command into the same folder merges, never overwrites
         if extend:
             run_ids, choices = _extended(out, run_ids, choices, replaced)
             if lengths is not None:  # the comparison keeps its lengths and gains these
                 lengths = sorted(set(lengths) | set(_compared_lengths(out)))
-        merged = merge(read_results(out), new)
+        merged = with_facts(merge(read_results(out), new), facts or {})
         paths = write_results(stage, merged, summary=summary_markdown(merged.evaluations))
         discard(stage, f"{CHOICES_STEM}.*")  # from an earlier --choose: not this comparison's
         if choices is not None:
             paths += write_tables(choices, stage, CHOICES_STEM)
         comparison, more, figures = _write(stage, select(merged, run_ids, lengths), command, choices)
     return comparison, moved(paths + more, stage, out), _moved_figures(figures, stage, out)
+
+
+def with_facts(results: Results, facts: dict[str, dict]) -> Results:
+    """``results`` with each run's rows given the column values in ``facts[run_id]``."""
+    ev = results.evaluations
+    if not facts or ev.empty or not ev["run_id"].isin(list(facts)).any():
+        return results
+    ev = ev.copy()
+    for run_id, values in facts.items():
+        rows = ev["run_id"] == run_id
+        for column, value in values.items():
+            ev.loc[rows, column] = value
+    return Results(ev, results.sequences, results.positions)
 
 
 def _compared_run_ids(out: Path) -> set[str] | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from posenc import files as run_files
+from posenc.compare import NOT_CONVERGED, held_back
 
 LABELS = {
     "exact_match": "exact match", "token_accuracy": "token accuracy", "loss": "loss (nats per answer token)",
@@ -49,14 +50,16 @@ def _draw(
         if rows.empty:
             continue
         colour = colours[name]
-        if not rows["learned"].all():
+        if held_back(bool(rows["learned"].all()), rows["task"].iloc[0] if "task" in rows else None):
             unlearned = True
             first = rows[rows["eval_length"] == rows["train_length"]]
             ax.plot(first["eval_length"], first[f"{metric}_mean"], marker="o", markersize=NOT_LEARNED_SIZE,
                     linestyle="none", markerfacecolor="none", color=colour, label=f"{name} (not learned)")
             continue
-        ax.plot(rows["eval_length"], rows[f"{metric}_mean"], marker="o", markersize=3, label=name, color=colour,
-                linestyle=(styles or {}).get(name, "-"))
+        converged = bool(rows["learned"].all())  # lm: a group with a seed that did not converge is dotted
+        ax.plot(rows["eval_length"], rows[f"{metric}_mean"], marker="o", markersize=3, color=colour,
+                label=name if converged else f"{name} ({NOT_CONVERGED})",
+                linestyle=(styles or {}).get(name, "-") if converged else ":")
         low, high = rows[f"{metric}_low"], rows[f"{metric}_high"]
         ax.fill_between(rows["eval_length"], low, high, color=colour, alpha=0.18, linewidth=0)
     # a not-learned marker sits on the training length's line: its label starts right of the marker

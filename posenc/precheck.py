@@ -128,7 +128,7 @@ def precheck(args: list[str]) -> None:
             for combination in combinations:
                 cfg = compose(config_name="config", overrides=combination)
                 run_cfg = run_config_from_dict(OmegaConf.to_container(cfg, resolve=True))
-                run_cfg.build()
+                run_cfg.check()  # the model itself is built once, by training
                 check_logger(run_cfg.logger)  # its package installed, its options known
                 if isinstance(run_cfg.resume, str):
                     check_resume_source(run_cfg.resume)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from posenc.claims import Side, check, claims_for, paper_vs_posenc
-from posenc.compare import NO_SCALING, sequence_block, labels, pivot, steps_table, with_depth_means
+from posenc.compare import NO_SCALING, held_back, labels, pivot, sequence_block, steps_table, with_depth_means
 from posenc.evidence import TableEvidence
 from posenc.plots import plot_all, plot_positions, plot_steps
 from posenc.selection import choices_markdown
@@ -37,6 +37,14 @@ METHOD = (
     "'—': not evaluated, or not representable (a learned table has no rows past its training length). Full "
     "numbers: `comparison.*`; per run and length: `extrapolation.*`; per sequence: `sequences.parquet`; by "
     "answer position: `positions.parquet`."
+)
+LM_METHOD = (
+    "lm has no mastery criterion: a run *converged* when its held-out loss at the training length, checked every "
+    "`train.check_every` steps, fell by under 2% over the last quarter of its budget (`posenc.task_facts."
+    "converged`; the fall per run: `training.*`, `heldout_loss_fall`). A group with a seed that did not converge "
+    "is shown at every length, marked *not converged* at its training length (dotted in figures), and a "
+    "literature check on it is not testable. The lm claims are checked on each window's change of loss from the "
+    "training length (the same bytes read with the shorter context; `posenc.evidence`), not on the loss itself."
 )
 
 
@@ -86,11 +94,15 @@ PAIRED_FACTORS = (2, 4)  # ... at these multiples of the training length: just p
 def paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str, metric: str) -> pd.DataFrame | None:
     """Each learned encoder (as trained) minus :data:`REFERENCE` on ``metric``, paired by sequence, with its
     95% interval (:func:`posenc.stats.paired_difference`), at :data:`PAIRED_FACTORS`; None when the
-    reference did not learn ``task`` or was not run."""
-    if not evidence.learned(task, REFERENCE):
+    reference did not learn ``task`` or was not run (lm: groups that did not converge are shown too, as in
+    every table; only the literature checks hold them back)."""
+    learned = evidence.learned(task, REFERENCE)
+    if learned is None or held_back(learned, task):
         return None
     rows = []
-    encoders = sorted(set(comparison.loc[(comparison["task"] == task) & comparison["learned"], "encoder"]))
+    rows_of_task = comparison[comparison["task"] == task]
+    shown = [not held_back(bool(k), task) for k in rows_of_task["learned"]]
+    encoders = sorted(set(rows_of_task.loc[shown, "encoder"]))
     for encoder in encoders:
         if encoder == REFERENCE.encoder:
             continue
@@ -121,7 +133,8 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
     n_runs = results.evaluations["run_id"].nunique()
     parts = ["# posenc comparison\n",
              f"{GENERATED} on {when} by `{command}`.\n",
-             f"{n_runs} runs (seeds {', '.join(seeds)}). {METHOD}\n"]
+             f"{n_runs} runs (seeds {', '.join(seeds)}). {METHOD}"
+             + (f" {LM_METHOD}" if "lm" in set(comparison["task"]) else "") + "\n"]
     if choices is not None and (section := choices_markdown(choices)):
         key = choices["key"].iloc[0]
         parts.append(f"## Runs compared: `{key}` chosen per configuration\n\n"

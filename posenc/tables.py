@@ -13,8 +13,10 @@ from posenc.task_facts import has_mastery_criterion
 
 TRAINING_COLUMNS = [
     "run", "encoder", "task", "train_length", "seed", "learned", "steps_to_learn", "steps", "budget",
-    "train_seconds", "exact_match", "token_accuracy", "loss", "n_sequences", "device",
+    "train_seconds", "exact_match", "token_accuracy", "loss", "n_sequences", "device", "heldout_loss_fall",
 ]  # fmt: skip
+# heldout_loss_fall: lm's convergence record, the held-out loss's relative fall over the last quarter of the
+# budget (posenc.task_facts.loss_fall; learned = converged = under 2%); empty for other tasks.
 
 
 def training_table(runs: list[Path], notes: list[str] | None = None) -> pd.DataFrame:

@@ -15,6 +15,12 @@ ANSWER_ALPHABET = {"copy": ("n_symbols", 16), "reverse": ("n_symbols", 16), "ret
                    "passkey": (None, 10)}  # passkey answers are digits
 
 
+#: Tasks whose evaluation sequences nest: sequence ``i`` at length ``k * L`` scores the same text as sequences
+#: ``k*i .. k*i + k - 1`` at length ``L`` (lm: consecutive windows of one held-out text, tasks/lm.py), so a
+#: sequence's change of loss from the training length is paired on the same bytes (claims' "loss_change").
+NESTED_EVALUATION = frozenset({"lm"})
+
+
 def report_metrics(task: str | None) -> tuple[str, ...]:
     """The metrics tables and figures show for ``task``, the one runs are judged on first (lm: perplexity)."""
     return _REPORT_METRICS.get(task or "", SEQUENCE_METRICS)

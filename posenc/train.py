@@ -76,42 +76,31 @@ def train(
     retrained: its metrics are returned as they are.
 
     Args:
-        cfg: the checked run configuration.
-        run_dir: output folder (created if needed).
+        cfg: the checked run configuration; run_dir: output folder (created if needed).
         config_dict: the resolved config as a plain mapping, stored with the checkpoint.
         overrides: the command-line overrides, kept in ``overrides.yaml`` for the record.
 
-    Returns:
-        The final metrics (also written to ``metrics.json``).
+    Returns the final metrics (also written to ``metrics.json``).
     """
     run_dir = Path(run_dir)
     check_logger(cfg.logger)  # a missing tracking package: refused before anything is written
     state = _state_to_resume(cfg, run_dir, config_dict)
-    if state is not None and _finished(state, cfg) and (run_dir / run_files.METRICS_FILE).is_file():
-        log.info("%s is finished (step %d); not retraining", run_dir, state["step"])
-        return json.loads((run_dir / run_files.METRICS_FILE).read_text())
-    run_dir.mkdir(parents=True, exist_ok=True)
-    run_files.atomic_write_text(run_dir / run_files.CONFIG_FILE, run_files.dump_yaml(config_dict))
-    if overrides is not None:
-        run_files.atomic_write_text(run_dir / run_files.OVERRIDES_FILE, run_files.dump_yaml(overrides))
-
+    if (done := _finished_metrics(cfg, run_dir, state)) is not None:
+        return done
+    _write_run_files(run_dir, config_dict, overrides)
     device = resolve_device(cfg.device)
     task, model, step_model, optimizer, scheduler, autocast_dtype = setup_training(cfg, device)
     t = cfg.train
     data = torch.Generator().manual_seed(cfg.seed)  # the training stream: deterministic from the seed
-    first, history, elapsed = 1, [], 0.0
-    checks: list[list[float]] = []  # [step, held-out exact match] of every mastery check (lm: held-out loss)
-    learned_at: int | None = None  # steps-to-learn: the first check that met the criterion
-    if state is not None:
-        first, history, elapsed, checks, learned_at = _restore(state, model, optimizer, scheduler, data)
-        log.info("resuming %s from step %d", run_dir, state["step"])
+    # checks: [step, held-out exact match (lm: loss)] of every check; learned_at: the first that met the criterion
+    first, history, elapsed, checks, learned_at = _restore(state, model, optimizer, scheduler, data, run_dir)
 
     def checkpoint(step: int) -> None:
+        _check_finite(finite, step)  # never a checkpoint of weights a non-finite loss has touched
         save_training_state(run_dir, {
-            "model": model.state_dict(), "config": config_dict, "step": step,
-            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "model": model.state_dict(), "config": config_dict, "step": step, "checks": checks,
+            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "learned_at": learned_at,
             "rng": rng_states(data), "history": history, "elapsed": elapsed + time.perf_counter() - start,
-            "checks": checks, "learned_at": learned_at,
         })  # fmt: skip
 
     lo, hi = cfg.training_lengths(task)
@@ -125,8 +114,6 @@ def train(
         with StopSignals() as stop, make_progress(cfg.progress) as progress:
             bar = progress.add_task(f"{cfg.encoder.name}/{cfg.task.name}", total=t.steps, completed=first - 1,
                                     loss=math.nan, acc=math.nan)  # fmt: skip
-            mastery = t.check_every > 0 and has_mastery_criterion(cfg.task.name)  # lm: no criterion
-            loss_checks = t.check_every > 0 and not mastery  # lm: converged instead (task_facts.converged)
             step = first - 1
             for step in range(first, t.steps + 1):
                 if learned_at is not None:
@@ -138,51 +125,85 @@ def train(
                 finite &= torch.isfinite(loss)
                 if step % t.log_every == 0 or step == t.steps:
                     _check_finite(finite, step)
-                    row = _log_row(step, length, logits, batch, scheduler.get_last_lr()[0])
-                    history.append(row)
-                    tracker.log_metrics(step, {k: v for k, v in row.items() if k != "step"})
-                    progress.update(bar, loss=row["loss"], acc=row["token_accuracy"])
-                    if not live_bars(cfg.progress) or step % (t.log_every * 10) == 0 or step == t.steps:
-                        log.info("step %d  loss %.4f  token acc %.4f", step, row["loss"], row["token_accuracy"])
+                    history.append(_log_row(step, length, logits, batch, scheduler.get_last_lr()[0]))
+                    _report_row(cfg, history[-1], tracker, progress, bar)
                 progress.update(bar, completed=step)
                 if stop.received is not None:
-                    _check_finite(finite, step)
                     checkpoint(step)
                     raise _interrupted(stop.received, step, t.steps, run_dir)
-                if loss_checks and step % t.check_every == 0:  # lm: the convergence rule's record
-                    checks.append([step, heldout_loss(model, task, cfg.task.length, t.check_sequences)])
-                    log.info("step %d  held-out loss %.4f", step, checks[-1][1])
-                if mastery and step % t.check_every == 0:
-                    score = mastery_check(model, task, check_at, t.check_sequences)
-                    checks.append([step, score])
-                    tracker.log_metrics(step, {"heldout_exact_match": score})
-                    log.info("step %d  held-out exact match %.4f (target %.2f)", step, score, t.target_exact_match)
-                    if score >= t.target_exact_match:
-                        learned_at = step
-                        progress.update(bar, completed=t.steps)
-                        break
+                if t.check_every and step % t.check_every == 0 and _check(cfg, model, task, check_at, step,
+                                                                          checks, tracker):
+                    learned_at = step
+                    progress.update(bar, completed=t.steps)
+                    break
                 if t.checkpoint_every and step % t.checkpoint_every == 0 and step < t.steps:
-                    _check_finite(finite, step)
                     checkpoint(step)
         seconds = elapsed + time.perf_counter() - start
         trained = learned_at if learned_at is not None else step  # a learned checkpoint resumed trains nothing
-        final = evaluate(model, task, cfg.task.length, t.eval_sequences)
-        metrics = _final_metrics(cfg, final, trained, seconds, device, n_params, learned_at, checks, mastery,
-                                 (lo, hi), check_at)
+        metrics = _final_metrics(cfg, evaluate(model, task, cfg.task.length, t.eval_sequences), trained, seconds,
+                                 device, n_params, learned_at, checks, (lo, hi), check_at)
         checkpoint(trained)
-        run_files.atomic_write_text(run_dir / run_files.HISTORY_FILE, _csv(history))
-        run_files.write_json(run_dir / run_files.METRICS_FILE, metrics)
-        tracker.log_final(metrics, [run_dir / name for name in (run_files.CONFIG_FILE, run_files.HISTORY_FILE,
-                                                                run_files.METRICS_FILE)])
+        _record(run_dir, history, metrics, tracker)
         _log_outcome(cfg, metrics, seconds, (lo, hi))
         return metrics
 
 
+def _finished_metrics(cfg: RunConfig, run_dir: Path, state: dict | None) -> dict[str, Any] | None:
+    """A finished run's metrics (it is not retrained), else None."""
+    if state is not None and _finished(state, cfg) and (run_dir / run_files.METRICS_FILE).is_file():
+        log.info("%s is finished (step %d); not retraining", run_dir, state["step"])
+        return json.loads((run_dir / run_files.METRICS_FILE).read_text())
+    return None
+
+
+def _write_run_files(run_dir: Path, config_dict: dict[str, Any], overrides: list[str] | None) -> None:
+    """``config.yaml`` (and ``overrides.yaml``, when given) into ``run_dir``, created if needed."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_files.atomic_write_text(run_dir / run_files.CONFIG_FILE, run_files.dump_yaml(config_dict))
+    if overrides is not None:
+        run_files.atomic_write_text(run_dir / run_files.OVERRIDES_FILE, run_files.dump_yaml(overrides))
+
+
+def _report_row(cfg: RunConfig, row: dict[str, float], tracker, progress, bar) -> None:
+    """A history row to the tracker, the progress bar and (every tenth, or without live bars) the log."""
+    step, every = row["step"], cfg.train.log_every
+    tracker.log_metrics(step, {k: v for k, v in row.items() if k != "step"})
+    progress.update(bar, loss=row["loss"], acc=row["token_accuracy"])
+    if not live_bars(cfg.progress) or step % (every * 10) == 0 or step == cfg.train.steps:
+        log.info("step %d  loss %.4f  token acc %.4f", step, row["loss"], row["token_accuracy"])
+
+
+def _check(cfg: RunConfig, model, task, check_at: list[int], step: int, checks: list, tracker) -> bool:
+    """One held-out check at ``step``, appended to ``checks``; whether the mastery criterion is met. Tasks
+    with an exact-match criterion score :func:`mastery_check`; lm records its held-out loss for the
+    convergence rule (:func:`posenc.task_facts.converged`) and never stops early."""
+    t = cfg.train
+    if not has_mastery_criterion(cfg.task.name):
+        checks.append([step, heldout_loss(model, task, cfg.task.length, t.check_sequences)])
+        tracker.log_metrics(step, {"heldout_loss": checks[-1][1]})
+        log.info("step %d  held-out loss %.4f", step, checks[-1][1])
+        return False
+    score = mastery_check(model, task, check_at, t.check_sequences)
+    checks.append([step, score])
+    tracker.log_metrics(step, {"heldout_exact_match": score})
+    log.info("step %d  held-out exact match %.4f (target %.2f)", step, score, t.target_exact_match)
+    return score >= t.target_exact_match
+
+
+def _record(run_dir: Path, history: list[dict], metrics: dict[str, Any], tracker) -> None:
+    """A finished run's ``history.csv`` and ``metrics.json``, and the tracker's final record."""
+    run_files.atomic_write_text(run_dir / run_files.HISTORY_FILE, _csv(history))
+    run_files.write_json(run_dir / run_files.METRICS_FILE, metrics)
+    tracker.log_final(metrics, [run_dir / name for name in (run_files.CONFIG_FILE, run_files.HISTORY_FILE,
+                                                            run_files.METRICS_FILE)])
+
+
 def _final_metrics(cfg: RunConfig, final: dict, trained: int, seconds: float, device, n_params: int,
-                   learned_at: int | None, checks: list, mastery: bool, lengths: tuple[int, int],
+                   learned_at: int | None, checks: list, lengths: tuple[int, int],
                    check_at: list[int]) -> dict[str, Any]:
     """metrics.json: the run, its final scores at L (``final``), steps and time, and whether it learned."""
     t = cfg.train
+    mastery = t.check_every > 0 and has_mastery_criterion(cfg.task.name)  # lm: no criterion
     return {
         "encoder": cfg.encoder.name, "task": cfg.task.name, "train_length": cfg.task.length,
         "seed": cfg.seed, "steps": trained, "budget": t.steps, "train_seconds": round(seconds, 2),
@@ -287,9 +308,12 @@ def _log_row(step: int, length: int, logits: torch.Tensor, batch, lr: float) -> 
     return {"step": step, "length": length, **scores.means(), "lr": lr}
 
 
-def _restore(state: dict, model, optimizer, scheduler, data: torch.Generator) -> tuple:
+def _restore(state: dict | None, model, optimizer, scheduler, data: torch.Generator, run_dir: Path) -> tuple:
     """Load a checkpoint's training state into the loop's objects; ``(first step, history, elapsed seconds,
-    checks, learned_at)`` to go on from."""
+    checks, learned_at)`` to go on from (a fresh run's without a state)."""
+    if state is None:
+        return 1, [], 0.0, [], None
+    log.info("resuming %s from step %d", run_dir, state["step"])
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

@@ -287,6 +287,9 @@ def test_missing_or_unlearned_side_is_not_testable(claim):
         assert check(claim, evidence).outcome == "inconclusive"
     elif claim.in_distribution:  # a comparison at the training length is judged on the values alone
         assert check(claim, evidence).outcome == "agrees"
+    elif claim.task == "lm":  # lm's learned flag is convergence (task_facts.converged)
+        (detail,) = check(claim, evidence).details
+        assert detail.startswith(f"{side.label()} did not converge on lm (")
     else:
         details = (f"{side.label()} did not learn {claim.task} in distribution",)
         assert check(claim, evidence).details == details
@@ -572,6 +575,12 @@ def test_kazemnejad_is_his_strict_ordering_on_exact_match_with_his_numbers(task)
     assert math.isnan(more[-1][0].value) and math.isnan(more[-1][1].mean)  # no paper number; not evaluated here
 
 
+@pytest.mark.parametrize("key", ["press2022_lm", "peng2023_lm"])
+def test_the_lm_claims_are_on_the_change_of_loss_from_the_training_length_at_2_4_and_8x(key):
+    claim = next(c for c in CLAIMS if c.key == key)
+    assert claim.metric == "loss_change" and claim.windows == (Window.at(2), Window.at(4), Window.at(8))
+
+
 def test_ruoss_is_token_accuracy_over_two_windows_and_says_it_compares_means():
     """The paper scores the share of output tokens right (its tasks/task.py accuracy_fn), not exact match."""
     for claim in (c for c in CLAIMS if c.key.startswith("ruoss2023")):
@@ -614,6 +623,48 @@ def test_table_evidence_reads_every_length_per_seed_and_knows_chance():
     assert c.lengths == (36, 40, 64) and "over (1×, 2×] (36–64, 3 lengths)" in c.line
 
 
+
+
+def test_loss_change_pairs_each_long_window_with_the_same_text_read_at_the_training_length():
+    from posenc.compare import with_depth_means
+    from posenc.evidence import TableEvidence
+
+    # fake_run scores loss = 1 - value; lm windows nest: window i at 8 is windows 2i, 2i+1 at 4
+    at_4 = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]  # losses 0.1 ... 0.8
+    runs = [fake_run("rope", {4: at_4, 8: [0.5] * 4, 6: [0.5] * 4}, task="lm", train_length=4, seed=s)
+            for s in (0, 1)]
+    runs.append(fake_run("rope", {4: at_4, 8: [0.5] * 4}, task="copy", train_length=4))
+    ev = TableEvidence(with_depth_means(results_of(*runs)))
+    per_seed = ev.at_length("lm", Side("rope"), 8, "loss_change")
+    assert len(per_seed) == 2
+    for values in per_seed.values():
+        np.testing.assert_allclose(values, [0.5 - 0.15, 0.5 - 0.35, 0.5 - 0.55, 0.5 - 0.75])
+    assert ev.lengths("lm", Side("rope"), "loss_change") == (4, 8)  # 6 is no multiple of 4: no pairing
+    assert all(np.allclose(v, 0) for v in ev.at_length("lm", Side("rope"), 4, "loss_change").values())
+    assert ev.at_length("lm", Side("rope"), 6, "loss_change") is None
+    assert ev.at_length("copy", Side("rope"), 8, "loss_change") is None  # copy's sequences do not nest
+    assert math.isnan(ev.chance("lm", "loss_change"))
+
+
+@pytest.mark.parametrize(("a_grows", "b_grows", "outcome"), [
+    (0.0, 0.3, "agrees"), (0.3, 0.0, "differs"), (0.1, 0.1, "inconclusive")])
+def test_a_claim_on_loss_change_is_decided_by_the_growth_not_by_the_loss_at_l(a_grows, b_grows, outcome):
+    """Side a learned worse at L (loss 0.5 higher there) but the claim is on how loss moves past L."""
+    from posenc.compare import with_depth_means
+    from posenc.evidence import TableEvidence
+
+    rng, runs = np.random.default_rng(0), []
+    for side, worse_at_l, grows in (("a", 0.5, a_grows), ("b", 0.0, b_grows)):
+        for seed in range(3):
+            loss_l = 0.4 + worse_at_l + rng.normal(0, 0.05, 400)  # per window at L = 8
+            loss_2l = loss_l.reshape(200, 2).mean(axis=1) + grows + rng.normal(0, 0.01, 200)
+            runs.append(fake_run(side, {8: list(1 - loss_l), 16: list(1 - loss_2l)}, task="lm",
+                                 train_length=8, seed=seed))
+    claim = Claim("toy_lm", "Someone et al. 2024, Venue", "A beats B.", "lm", "loss_change", (2,), A_BEATS_B)
+    assert check(claim, TableEvidence(with_depth_means(results_of(*runs)))).outcome == outcome
+    raw = Claim("toy_lm", "Someone et al. 2024, Venue", "A beats B.", "lm", "loss", (2,), A_BEATS_B)
+    if outcome == "agrees":  # on the raw loss, a's worse start decides it the other way
+        assert check(raw, TableEvidence(with_depth_means(results_of(*runs)))).outcome == "differs"
 
 
 # --- Zoology's comparative half: attention against BaseConv, from results tables ------------------------------

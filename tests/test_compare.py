@@ -15,7 +15,7 @@ from fake_results import fake_run, results_of
 
 from posenc.tasks import TASKS
 
-from posenc.compare import aggregate, cell, labels, pivot, steps_table, variants, with_depth_means
+from posenc.compare import aggregate, cell, held_back, labels, pivot, steps_table, variants, with_depth_means
 from posenc.extrapolate import default_lengths, doubling_lengths
 from posenc.report import same_report
 from posenc.stats import Z95, group_estimate
@@ -123,6 +123,21 @@ def test_not_learned_groups_show_their_in_distribution_value_and_nothing_past_it
     assert steps.loc["rope", "seeds learned"] == "1/2" and steps.loc["alibi", "seeds learned"] == "2/2"
     assert steps.loc["alibi", "steps to learn"] == "400" and steps.loc["rope", "steps to learn"] == "200"
     assert list(steps.index) == ["rope", "alibi"]  # fastest learner first
+
+
+def test_an_lm_group_that_did_not_converge_is_shown_at_every_length_and_marked_once():
+    # lm has no mastery criterion: learned means converged (task_facts.converged); such a group is still a
+    # language model, so its values are compared past L; only the literature checks hold it back
+    runs = [fake_run("rope", {64: [0.5, 0.5], 128: [0.4, 0.4]}, task="lm", seed=0, learned=False,
+                     steps_to_learn=None),
+            fake_run("rope", {64: [0.5, 0.5], 128: [0.4, 0.4]}, task="lm", seed=1, steps_to_learn=None)]
+    comparison = aggregate(results_of(*runs))
+    at_l, at_2l = (_row(comparison, encoder="rope", eval_length=n) for n in (64, 128))
+    assert not at_l["learned"] and (at_l["n_learned"], at_l["n_trained"]) == (1, 2)
+    assert cell(at_l, "token_accuracy").startswith("0.500 [") and cell(at_l, "token_accuracy").endswith(
+        "(not converged: 1/2 seeds)")
+    assert cell(at_2l, "token_accuracy").startswith("0.400 [") and "not" not in cell(at_2l, "token_accuracy")
+    assert not held_back(False, "lm") and held_back(False, "copy") and not held_back(True, "copy")
 
 
 def test_mastery_belongs_to_the_configuration_not_to_the_length():

@@ -129,3 +129,24 @@ def test_rope_method_options_change_results_and_name_their_rows(tmp_path, always
                                 "llama3(high_freq_factor=8,low_freq_factor=2)"]
     assert rows.loc["yarn", "loss"] != rows.loc["yarn(beta_fast=1,beta_slow=0.1)", "loss"]
     assert rows.loc["llama3", "loss"] != rows.loc["llama3(high_freq_factor=8,low_freq_factor=2)", "loss"]
+
+
+def test_an_lm_run_that_did_not_converge_is_evaluated_at_every_length_and_its_rows_say_so(tmp_path):
+    import json
+
+    from posenc.train import train
+
+    corpus = tmp_path / "texts"
+    corpus.mkdir()
+    for i in range(8):
+        (corpus / f"t{i}.txt").write_text(f"line {i} of some text\n" * 80)
+    overrides = ("task=lm", f"task.corpus={corpus}", "task.pattern=*.txt", "train.check_every=1")
+    run = tmp_path / "lm"
+    metrics = train(tiny_config(*overrides), run, tiny_dict(*overrides))
+    assert metrics["check_metric"] == "loss" and len(metrics["checks"]) == 4
+    metrics.update(learned=False, heldout_loss_fall=0.05)  # as a run still improving at its end records it
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    results, skipped = extrapolate([run], [16, 32], sequences=4, device="cpu", progress=False)
+    ev = results.evaluations
+    assert skipped == [] and sorted(ev["eval_length"]) == [16, 32] and not ev["learned"].astype(bool).any()
+    assert not_learned_note(ev, [16, 32]) is None  # nothing was held back

@@ -79,3 +79,15 @@ def test_tables_and_reports_import_no_torch(module):
     code = f"import {module}, sys; assert 'torch' not in sys.modules, 'torch imported'"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+MAX_FUNCTION_LINES = 80  # issue 26: a function a newcomer can hold in view, docstring included
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_function_is_longer_than_a_screenful(name):
+    long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for node in ast.walk(ast.parse(MODULES[name].read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"{name}: {', '.join(long)}"

@@ -12,3 +12,18 @@ def test_extend_keeps_earlier_runs_but_a_candidate_given_again_and_not_chosen_le
     run_ids, choices = _extended(tmp_path, {"d"}, None, replaced={"b", "d"})
     assert run_ids == {"a", "c", "d"} and choices is None
     assert _extended(tmp_path, {"d"}, None)[0] == {"a", "b", "c", "d"}  # nothing given again: all kept
+
+
+def test_with_facts_overwrites_a_runs_stored_columns_and_nothing_else():
+    from fake_results import fake_run, results_of
+
+    from posenc.pipeline import with_facts
+
+    stored = results_of(fake_run("rope", {64: [1, 1], 128: [1, 0]}, task="lm", seed=0),
+                        fake_run("rope", {64: [1, 1]}, task="lm", seed=1))
+    ids = list(dict.fromkeys(stored.evaluations["run_id"]))
+    fresh = with_facts(stored, {ids[0]: {"learned": False, "steps_to_learn": float("nan")}})
+    ev = fresh.evaluations.set_index("run_id")
+    assert not ev.loc[ids[0], "learned"].any() and ev.loc[ids[1], "learned"].all()
+    assert ev.loc[ids[0], "steps_to_learn"].isna().all() and (ev.loc[ids[1], "steps_to_learn"] == 100).all()
+    assert fresh.sequences is stored.sequences and with_facts(stored, {}) is stored

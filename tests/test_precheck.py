@@ -32,3 +32,17 @@ def test_output_locations_that_cannot_be_written_are_refused_first(tmp_path, ove
     with pytest.raises(PosencError, match="cannot write to"):
         precheck([override.format(tmp=tmp_path)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # nothing created on the way
+
+
+def test_precheck_checks_every_rule_of_build_but_builds_no_model(monkeypatch):
+    """`posenc train` builds each model once, in training: the precheck checks without building."""
+    import posenc.model
+
+    built = []
+    real = posenc.model.Transformer.__init__
+    monkeypatch.setattr(posenc.model.Transformer, "__init__",
+                        lambda self, *a, **k: built.append(1) or real(self, *a, **k))
+    precheck(["encoder=rope", "model.n_layers=1"])
+    assert built == []
+    with pytest.raises(PosencError, match="model.n_heads"):  # a rule build() enforces, found without a model
+        precheck(["model.d_model=30", "model.n_heads=4"])

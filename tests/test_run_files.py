@@ -112,3 +112,11 @@ def test_report_refuses_tables_whose_sequence_rows_were_deleted(tmp_path, always
     lines = _lines(result.stderr)
     assert len(lines) == 1 and lines[0].startswith("error: ") and "has 5 sequence rows where n_sequences says 8" in lines[0]
     assert {p.name: p.read_bytes() for p in (tmp_path / "tables").iterdir() if p.is_file()} == before
+
+
+def test_lm_learned_is_what_the_run_recorded_its_convergence_to_be():
+    from posenc.files import learned_from_metrics
+
+    assert learned_from_metrics({"learned": False, "heldout_loss_fall": 0.03}, exact_match_task=False) is False
+    assert learned_from_metrics({"learned": True}, exact_match_task=False) is True
+    assert learned_from_metrics({}, exact_match_task=False) is True  # recorded before the rule: learned

@@ -14,6 +14,7 @@ def test_loss_fall_is_the_relative_fall_over_the_last_quarter():
 @pytest.mark.parametrize(("final", "expected"), [
     (1.0 * (1 - CONVERGENCE_TOLERANCE) + 1e-9, True),   # just under the tolerance
     (1.0 * (1 - CONVERGENCE_TOLERANCE) - 1e-3, False),  # just over it
+    (0.98, False),                                      # a fall of exactly 2%: not under it
     (1.1, True),                                        # the loss rose: more training would not help
 ])
 def test_converged_at_the_tolerance(final, expected):
