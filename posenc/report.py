@@ -19,9 +19,9 @@ from posenc.compare import NO_SCALING, held_back, labels, pivot, sequence_block,
 from posenc.evidence import TableEvidence
 from posenc.plots import plot_all, plot_positions, plot_steps
 from posenc.selection import choices_markdown
-from posenc.stats import paired_difference
+from posenc.stats import group_estimate, paired_difference
 from posenc.store import Results
-from posenc.task_facts import has_mastery_criterion, report_metrics
+from posenc.task_facts import NESTED_EVALUATION, has_mastery_criterion, report_metrics
 
 GENERATED = "Generated"  # the first word of the report's one line that changes between regenerations
 
@@ -89,6 +89,32 @@ def _figures(results: Results, comparison: pd.DataFrame, out_dir: Path) -> dict[
 
 REFERENCE = Side("rope")  # paired differences are shown against the most widely used encoder
 PAIRED_FACTORS = (2, 4)  # ... at these multiples of the training length: just past it, and well past it
+
+
+CHANGE_FACTORS = (2, 4, 8)  # lm: the change of loss from the training length, where the lm claims look
+
+
+def loss_change_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str) -> pd.DataFrame | None:
+    """Each encoder's change of loss from the training length at :data:`CHANGE_FACTORS` (each window's loss
+    minus that of the same bytes read at ``L``: :meth:`posenc.evidence.TableEvidence.loss_change`), mean [95%
+    interval] over seeds and windows (batch means); rotary checkpoints under each scaling method evaluated too.
+    None where the task's evaluation sequences do not nest (every task but lm)."""
+    if task not in NESTED_EVALUATION:
+        return None
+    mine = comparison[comparison["task"] == task]
+    sides = sorted({Side(e, sc) for e, sc in zip(mine["encoder"], mine["scaling"])},
+                   key=lambda side: (side.encoder, side.scaling != NO_SCALING, side.scaling))
+    rows = []
+    for side in sides:
+        train, row = evidence.train_length(task, side), {"encoder": side.label()}
+        for factor in CHANGE_FACTORS:
+            found = evidence.at_length(task, side, train * factor, "loss_change") if train else None
+            values = list(found.values()) if found else []
+            block = sequence_block(task, min(v.size for v in values)) if values else None
+            row[f"{factor}×"] = (group_estimate(values, bounded=False, block=block).format(signed=True)
+                                 if values else "—")
+        rows.append(row)
+    return pd.DataFrame(rows) if rows else None
 
 
 def paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str, metric: str) -> pd.DataFrame | None:
@@ -174,6 +200,11 @@ def _task_section(task: str, comparison: pd.DataFrame, steps: pd.DataFrame, evid
               for m in metrics if (task, m, "depth") in figures]
     if (task, "positions") in figures:
         parts.append(f"![{task}: accuracy by answer position]({figures[(task, 'positions')].name})\n")
+    change = loss_change_table(evidence, comparison, task)
+    if change is not None:
+        parts.append("**Change of loss from the training length** (nats per byte; each window minus the same bytes "
+                     "read at the training length; mean [95% interval] over seeds and windows; what the lm "
+                     "claims are checked on)\n\n" + change.to_markdown(index=False, disable_numparse=True) + "\n")
     diff_metric = "loss" if metrics[0] == "perplexity" else metrics[1]
     diffs = paired_table(evidence, comparison, task, diff_metric)
     if diffs is not None:

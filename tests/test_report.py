@@ -156,3 +156,22 @@ def test_a_seed_that_did_not_learn_is_drawn_at_its_own_budget():
     assert _budget(json.dumps({"train": {"steps": 3000}})) == 3000.0
     assert _budget(json.dumps({"train": {}})) != _budget(json.dumps({"train": {}}))  # NaN: not recorded
     assert _budget(None) != _budget(None)
+
+
+def test_lm_reports_each_encoders_change_of_loss_from_the_training_length():
+    from fake_results import fake_run, results_of
+
+    from posenc.compare import aggregate, with_depth_means
+    from posenc.evidence import TableEvidence
+    from posenc.report import loss_change_table
+
+    at_l = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]  # losses 0.1 ... 0.8
+    runs = [fake_run(e, {4: at_l, 8: [v - grow for v in (0.85, 0.65, 0.45, 0.25) * 2]}, task="lm", train_length=4,
+                     seed=s) for e, grow in (("alibi", 0.0), ("rope", 0.2)) for s in (0, 1)]
+    results = with_depth_means(results_of(*runs))
+    table = loss_change_table(TableEvidence(results), aggregate(results), "lm").set_index("encoder")
+    assert list(table.columns) == ["2×", "4×", "8×"]
+    assert table.loc["alibi", "2×"].startswith("+0.000 [") and table.loc["rope", "2×"].startswith("+0.200 [")
+    assert table.loc["rope", "4×"] == "—"  # not evaluated there
+    copy = with_depth_means(results_of(fake_run("rope", {4: [1, 1], 8: [1, 0]}, train_length=4)))
+    assert loss_change_table(TableEvidence(copy), aggregate(copy), "copy") is None
