@@ -459,6 +459,30 @@ def check(claim: Claim, evidence: Evidence) -> Verdict:
     return Verdict(claim, outcome, tuple(c.line for c in checks), tuple(checks))
 
 
+class _Converged:
+    """``evidence`` with every side that has runs counted as learned (converged): see :func:`ungated`."""
+
+    def __init__(self, evidence: Evidence) -> None:
+        self._evidence = evidence
+
+    def __getattr__(self, name: str):
+        return getattr(self._evidence, name)
+
+    def learned(self, task: str, side: Side) -> bool | None:
+        return None if self._evidence.learned(task, side) is None else True
+
+
+def ungated(verdict: Verdict, evidence: Evidence) -> Verdict | None:
+    """For an lm claim that is not testable only because sides did not converge (task_facts.converged): the
+    same check with those sides counted as converged - how much the convergence gate decides, shown beside the
+    verdict and never in its place. None for every other verdict."""
+    gated = f"did not converge on {verdict.claim.task}"
+    if (verdict.outcome != "not testable" or verdict.checks or verdict.claim.metric not in LM_CLAIM_METRICS
+            or not verdict.details or not all(gated in line for line in verdict.details)):
+        return None
+    return check(verdict.claim, _Converged(evidence))
+
+
 def paper_vs_posenc(claim: Claim, evidence: Evidence, level: float = 0.95,
                     others: Sequence[Side] = ()) -> list[tuple[Reported, Estimate, tuple[int, ...]]]:
     """For each of the claim's :attr:`~Claim.reported` numbers: posenc's value for that side over the claim's

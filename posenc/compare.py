@@ -173,7 +173,7 @@ def cell(row: pd.Series, metric: str) -> str:
     digits = 2 if metric == "perplexity" else 3
     text = f"{mean:.{digits}f} [{row[f'{metric}_low']:.{digits}f}, {row[f'{metric}_high']:.{digits}f}]"
     if not row["learned"] and row["eval_length"] == row["train_length"]:  # lm: marked once, at L
-        text += f" ({NOT_CONVERGED}: {row['n_learned']}/{row['n_trained']} seeds)"
+        text += f" (converged: {row['n_learned']}/{row['n_trained']} seeds)"
     return text
 
 

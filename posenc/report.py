@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc.claims import Side, check, claims_for, paper_vs_posenc
+from posenc.claims import Side, check, claims_for, paper_vs_posenc, ungated
 from posenc.compare import NO_SCALING, held_back, labels, pivot, sequence_block, steps_table, with_depth_means
 from posenc.evidence import TableEvidence
 from posenc.plots import plot_all, plot_positions, plot_steps
@@ -42,7 +42,8 @@ LM_METHOD = (
     "lm has no mastery criterion: a run *converged* when its held-out loss at the training length, checked every "
     "`train.check_every` steps, fell by under 2% over the last quarter of its budget (`posenc.task_facts."
     "converged`; the fall per run: `training.*`, `heldout_loss_fall`). A group with a seed that did not converge "
-    "is shown at every length, marked *not converged* at its training length (dotted in figures), and a "
+    "is shown at every length, its share of converged seeds given at the training length (dotted in figures, "
+    "labelled *not converged*), and a "
     "literature check on it is not testable. The lm claims are checked on each window's change of loss from the "
     "training length (the same bytes read with the shorter context; `posenc.evidence`), not on the loss itself."
 )
@@ -249,7 +250,7 @@ def _literature_section(comparison: pd.DataFrame, evidence: TableEvidence) -> li
              "testable comparisons: **agrees** when all hold, **differs** when any is contradicted, "
              "**inconclusive** otherwise, **not testable** when none is, or a side did not learn its task "
              "or was not run.\n",
-             "\n".join(v.markdown() for v in verdicts) + "\n"]
+             "\n".join(_with_ungated(v, evidence) for v in verdicts) + "\n"]
     trained = comparison[comparison["scaling"] == NO_SCALING]
     for claim in (v.claim for v in verdicts if v.claim.reported):
         mine = trained[(trained["task"] == claim.task) & (trained["variant"].fillna("") == "")]
@@ -263,6 +264,16 @@ def _literature_section(comparison: pd.DataFrame, evidence: TableEvidence) -> li
                      f"({claim.reported_where}; posenc: mean [95% interval] over seeds)\n\n"
                      + table.to_markdown(index=False, disable_numparse=True) + "\n")
     return parts
+
+
+def _with_ungated(verdict, evidence: TableEvidence) -> str:
+    """A verdict's bullet, and under it, for an lm claim gated only by convergence, what the check says with
+    the gate lifted (:func:`posenc.claims.ungated`): a sensitivity line, not a verdict."""
+    lifted = ungated(verdict, evidence)
+    if lifted is None:
+        return verdict.markdown()
+    return (f"{verdict.markdown()}\n  - *Sensitivity, not a verdict:* with every side counted as converged the "
+            f"check would say **{lifted.outcome}**: {'; '.join(lifted.details)}. {lifted.rule}.")
 
 
 def same_report(a: str, b: str) -> bool:

@@ -295,6 +295,26 @@ def test_missing_or_unlearned_side_is_not_testable(claim):
         assert check(claim, evidence).details == details
 
 
+@pytest.mark.parametrize("outcome", ["agrees", "differs"])
+def test_ungated_says_what_an_lm_claim_gated_only_by_convergence_would_say(outcome):
+    from posenc.claims import ungated
+
+    press = next(c for c in CLAIMS if c.key == "press2022_lm")
+    evidence = evidence_for(press, outcome)
+    evidence._learned[press.task, press.sides()[0]] = False  # one side did not converge
+    verdict = check(press, evidence)
+    assert verdict.outcome == "not testable" and not verdict.checks
+    lifted = ungated(verdict, evidence)
+    assert lifted.outcome == outcome and lifted.claim is press and len(lifted.checks) == press.comparisons
+    assert ungated(check(press, evidence_for(press, outcome)), evidence) is None  # a real verdict: nothing to lift
+    del evidence._learned[press.task, press.sides()[0]]  # no runs at all: not a convergence gate
+    assert ungated(check(press, evidence), evidence) is None
+    kazemnejad = next(c for c in CLAIMS if c.key == "kazemnejad2023_copy")
+    other = evidence_for(kazemnejad, outcome)
+    other._learned[kazemnejad.task, kazemnejad.sides()[0]] = False  # not learned copy: never lifted
+    assert ungated(check(kazemnejad, other), other) is None
+
+
 # --- Zoology can fail -------------------------------------------------------------------------------------
 
 ZOOLOGY = next(c for c in CLAIMS if c.key == "zoology2023_retrieval")
