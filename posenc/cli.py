@@ -170,6 +170,18 @@ def _command(name: str) -> str:
     return f"posenc {name} " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else f"posenc {name}"
 
 
+ChooseOption = Annotated[
+    Optional[str],
+    typer.Option(help="A config key (e.g. train.lr): among runs that differ only in it, compare the value "
+                      "whose seeds learned best at the training length (written to choices.md)."),
+]
+ExtendOption = Annotated[
+    bool,
+    typer.Option("--extend", help="Keep the runs OUT's comparison already covers (from OUT's tables: their run "
+                                  "folders need not be here) and add these runs to it."),
+]
+
+
 @app.command()
 def compare(
     runs: RunsOption = None,
@@ -184,16 +196,8 @@ def compare(
     device: DeviceOption = "auto",
     rope_scaling: ScalingOption = "none",
     rope_factor: FactorOption = None,
-    choose: Annotated[
-        Optional[str],
-        typer.Option(help="A config key (e.g. train.lr): among runs that differ only in it, compare the value "
-                          "whose seeds learned best at the training length (written to choices.md)."),
-    ] = None,
-    extend: Annotated[
-        bool,
-        typer.Option("--extend", help="Keep the runs OUT's comparison already covers (from OUT's tables: their run "
-                                      "folders need not be here) and add these runs to it."),
-    ] = False,
+    choose: ChooseOption = None,
+    extend: ExtendOption = False,
     include_not_learned: NotLearnedOption = False,
     memory_check: MemoryOption = True,
     max_hours: MaxHoursOption = 24.0,
@@ -203,15 +207,15 @@ def compare(
 
     Reuses evaluations in OUT's tables, evaluates only missing (run, length) pairs, never trains.
     """
-    from posenc.extrapolate import check_max_hours, distinct_runs, not_learned_note, run_config, run_facts
-    from posenc.extrapolate import scaling_note
+    from posenc.extrapolate import check_max_hours, distinct_runs, not_learned_note, run_facts, scaling_note
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.folders import check_destination
     from posenc.pipeline import check_extendable, compare_into
     from posenc.runs import find_runs
     from posenc.selection import CHOICES_STEM, check_choose_key, choose_runs, losing_runs
+    from posenc.run_folder import RunFolder
+    from posenc.store import read_results
     from posenc.tables import read_table
-    from posenc.store import read_results, run_identity
 
     unreadable: list[str] = []
     with one_line_errors(out):  # every file is written at the end, all or nothing
@@ -225,14 +229,15 @@ def compare(
             check_choose_key(choose)
         weighable = extend and choose is not None  # candidates evaluated before, brought back without weights
         found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable, weightless=weighable))
-        given = {run_identity(run_config(run)).run_id for run in found}  # with --extend: these replace their past
+        folders = {run: RunFolder.read(run) for run in found}  # each run's files read, its identity made, once
+        given = {folders[run].run_id for run in found}  # with --extend: these replace their past
         choices = None
         check_destination(out)
         previous = read_results(out)  # read before the long work: a bad --out fails early
         compared = check_extendable(out) if extend else set()
         if choose is not None:  # with --extend: OUT's candidates are weighed too, and its losing runs leave
             earlier = read_table(out, CHOICES_STEM) if extend else None
-            found, choices = choose_runs(found, [run_config(run) for run in found], choose, earlier)
+            found, choices = choose_runs(found, [folders[run].config for run in found], choose, earlier)
             if extend and previous is not None:
                 given |= losing_runs(previous.evaluations, choices, choose)
         weightless = _weightless_runs(found, compared)
@@ -243,9 +248,9 @@ def compare(
                                          memory_check=memory_check, include_not_learned=include_not_learned,
                                          max_hours=max_hours)
         console.print(f"{len(new.evaluations)} new evaluations", highlight=False)
-        run_ids = {run_identity(run_config(run)).run_id for run in found}
+        run_ids = {folders[run].run_id for run in found}
         comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), choices,
-                                                  extend=extend, replaced=given, facts=run_facts(found))
+                                                  extend=extend, replaced=given, facts=run_facts(folders[run] for run in found))
     print_comparison(comparison)
     print_notes(unreadable + skipped, same, scaling_note(new.evaluations, scalings),
                 None if include_not_learned else not_learned_note(new.evaluations, wanted))
@@ -280,7 +285,8 @@ def runs(
     """List trained runs with their training time and metrics at the training length."""
     from posenc.folders import check_destination, moved, updating
     from posenc.runs import find_runs
-    from posenc.tables import extend_training_table, training_table, write_tables
+    from posenc.run_folder import extend_training_table, training_table
+    from posenc.tables import write_tables
 
     notes: list[str] = []
     with one_line_errors(out):
@@ -301,13 +307,12 @@ def runs(
 def _weightless_runs(found: list[Path], compared: set[str]) -> set[Path]:
     """The runs in ``found`` without a checkpoint (``compare --extend --choose`` candidates); each must be in
     OUT's comparison (``compared``, its run ids) already, since it cannot be evaluated again."""
-    from posenc.extrapolate import run_config
     from posenc.files import CHECKPOINT_FILE
-    from posenc.store import run_identity
+    from posenc.run_folder import RunFolder
 
     weightless = {run for run in found if not (run / CHECKPOINT_FILE).exists()}
     for run in sorted(weightless):
-        if run_identity(run_config(run)).run_id not in compared:
+        if RunFolder.read(run).run_id not in compared:
             raise PosencError(f"{run} was chosen but has no {CHECKPOINT_FILE}, and the comparison in --out holds no "
                               "evaluation of it; restore its checkpoint or train it again")
     return weightless

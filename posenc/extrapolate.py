@@ -7,26 +7,24 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from pathlib import Path
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
-import yaml
 
 from posenc import files as run_files
 from posenc import runs as run_dirs
 from posenc.arguments import NO_SCALING
 from posenc.encoders import ENCODERS
 from posenc.compare import held_back
-from posenc.files import learned_from_metrics
-from posenc.task_facts import has_mastery_criterion
 from posenc.errors import PosencError, PositionRangeError
 from posenc.evaluate import default_sequences, evaluate_detailed, resolve_device
 from posenc.progress import console, make_progress
-from posenc.store import COLUMNS, Results, run_identity
+from posenc.run_folder import RunFolder, read_config
+from posenc.store import COLUMNS, Results
 from posenc.tables import describe_run
 
 if TYPE_CHECKING:
@@ -73,50 +71,6 @@ def default_lengths(train_length: int, up_to: int, variable: bool = False) -> li
     return sorted(set(lengths))
 
 
-def _metrics(run: Path) -> dict:
-    """The run's ``metrics.json`` (empty if missing, special or damaged: :func:`run_problem` says which)."""
-    try:
-        return run_files.read_metrics(run)
-    except PosencError:
-        return {}
-
-
-def _train_length(config: dict) -> int:
-    """The training length in a run's ``config.yaml`` mapping (see :func:`run_config`); 64 if absent."""
-    try:
-        return int(config["task"]["length"])
-    except (ValueError, KeyError, TypeError):
-        return 64
-
-
-def run_config(run: Path) -> dict:
-    """The run's ``config.yaml`` as a mapping; empty if unreadable (:func:`read_config` says why)."""
-    try:
-        return read_config(run)
-    except PosencError:
-        return {}
-
-
-def read_config(run: Path) -> dict:
-    """The run's ``config.yaml`` as a mapping, checked before it is trusted (it gives the run its identity):
-    missing, special (a FIFO), unreadable, not YAML or not a mapping raises one line naming the file."""
-    path = run / run_files.CONFIG_FILE
-    if not os.path.lexists(path):
-        raise PosencError(f"{run} has no {run_files.CONFIG_FILE} (it names the run's configuration); not a posenc "
-                          "run folder, or a damaged one")
-    run_files.check_regular(path, "a run's config")
-    try:
-        config = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise PosencError(f"cannot read {path}: {err.strerror or err}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise PosencError(f"damaged {path}: not YAML ({str(err).splitlines()[0]})") from None
-    if not isinstance(config, dict) or not config:
-        raise PosencError(f"damaged {path}: {'empty' if not config else 'not a mapping'}; it names the run's "
-                          "configuration: restore it or train the run again")
-    return config
-
-
 def run_problem(run: Path) -> str | None:
     """Why ``run`` cannot be evaluated as it is, from its files alone (no checkpoint is loaded): unfinished,
     or a damaged, special or mistyped ``metrics.json``, ``config.yaml`` or ``checkpoint.pt``; None if none."""
@@ -139,8 +93,7 @@ def distinct_runs(runs: list[Path]) -> tuple[list[Path], str | None]:
     skipped."""
     by_id: dict[str, list[Path]] = {}
     for run in runs:
-        config = run_config(run)
-        key = run_identity(config).run_id if config else f"unreadable:{run}"
+        key = RunFolder.read(run).run_id or f"unreadable:{run}"
         by_id.setdefault(key, []).append(run)
     kept, dropped = [], []
     for key, paths in by_id.items():
@@ -225,14 +178,12 @@ def extrapolate(
     problems = {run: run_problem(run) for run in runs}  # unfinished or damaged: skipped, said why
     skipped = [problems[run] for run in runs if problems[run]]
     runs = [run for run in runs if not problems[run]]
-    configs = {run: run_config(run) for run in runs}  # cheap: no checkpoint is read yet
-    metrics = {run: _metrics(run) for run in runs}
-    identity = {run: run_identity(configs[run]) for run in runs}
-    ids = {run: identity[run].run_id for run in runs}
+    folders = {run: RunFolder.read(run) for run in runs}  # cheap: no checkpoint is read yet
+    configs = {run: folders[run].config for run in runs}
     plan = {run: scalings_for(configs[run], scalings) for run in runs}
-    missed = set() if include_not_learned else _held_back_configs(runs, configs, metrics, identity)
-    wanted = {run: [n for n in _lengths_for(configs[run], lengths, up_to, identity[run].config_id not in missed)
-                    if any((ids[run], n, scaling_label(sc)) not in done for sc in plan[run])]
+    missed = set() if include_not_learned else _held_back_configs(folders.values())
+    wanted = {run: [n for n in _lengths_for(folders[run], lengths, up_to, folders[run].identity.config_id not in missed)
+                    if any((folders[run].run_id, n, scaling_label(sc)) not in done for sc in plan[run])]
               for run in runs}
     if memory_check:
         check_memory(configs, wanted, plan, sequences)
@@ -243,7 +194,7 @@ def extrapolate(
         job = bar.add_task("evaluate", total=total, current="")
         for run in runs:
             if wanted[run]:  # else everything is already evaluated
-                total = _evaluate_run(run, wanted[run], plan[run], _about(run, configs[run], metrics[run]), dev,
+                total = _evaluate_run(run, wanted[run], plan[run], _about(folders[run]), dev,
                                       sequences, done, (bar, job, total), parts, skipped)
     if not parts and (allow_empty or not skipped):
         return Results.empty(), skipped
@@ -253,14 +204,13 @@ def extrapolate(
     return Results.concat(parts), skipped
 
 
-def _held_back_configs(runs: list[Path], configs: dict, metrics: dict, identity: dict) -> set[str]:
+def _held_back_configs(folders) -> set[str]:
     """The configurations evaluated at their training length only. Mastery belongs to a configuration: if one
     of its seeds did not learn, none of them is compared past the training length, so none is evaluated there
     (the long lengths are the expensive ones). lm has no mastery: a run that did not converge is still
     compared (marked) at every length (:func:`posenc.compare.held_back`). Finished runs only: an unfinished one
     is skipped anyway."""
-    return {identity[run].config_id for run in runs
-            if metrics[run] and held_back(_learned(metrics[run], configs[run]), _task_name(configs[run]))}
+    return {f.identity.config_id for f in folders if f.finished and held_back(f.learned, f.task)}
 
 
 def _evaluate_run(run: Path, lengths: list[int], scalings: list, about: dict, dev, sequences: int | None,
@@ -453,47 +403,35 @@ def check_time(configs: dict, wanted: dict, plan: dict, sequences: int | None, d
                       f"longest {longest} tokens)", highlight=False, soft_wrap=True)
 
 
-def _lengths_for(config: dict, lengths: list[int] | None, up_to: int, learned: bool) -> list[int]:
+def _lengths_for(folder: RunFolder, lengths: list[int] | None, up_to: int, learned: bool) -> list[int]:
     """The lengths to evaluate a run at: ``lengths`` (default: :func:`default_lengths` up to ``up_to``);
     a run whose configuration did not learn its task in distribution only at its training length, where it
     is reported as not learned: past it there is nothing to compare."""
-    train_length = _train_length(config)
-    task = config.get("task") if isinstance(config.get("task"), dict) else {}
+    train_length = folder.train_length
+    task = folder.config.get("task") if isinstance(folder.config.get("task"), dict) else {}
     wanted = lengths or default_lengths(train_length, up_to, bool(task.get("variable_length")))
     if not learned:
         return [n for n in wanted if n == train_length] or [train_length]
     return wanted
 
 
-def run_facts(runs: list[Path]) -> dict[str, dict]:
+def run_facts(folders: Iterable[RunFolder]) -> dict[str, dict]:
     """Run id -> the columns of its rows that its run folder decides now (``learned``, ``steps_to_learn``), for
-    every finished run in ``runs``: ``posenc compare`` refreshes its stored rows with them, so a run whose
+    every finished run of ``folders``: ``posenc compare`` refreshes its stored rows with them, so a run whose
     metrics.json changed (resumed, or a rule like lm's convergence recorded) is never judged on stale rows."""
     facts = {}
-    for run in runs:
-        metrics = _metrics(run)
-        if metrics:
-            about = _about(run, run_config(run), metrics)
+    for folder in folders:
+        if folder.finished and folder.identity is not None:
+            about = _about(folder)
             facts[about["run_id"]] = {"learned": about["learned"], "steps_to_learn": about["steps_to_learn"]}
     return facts
 
 
-def _task_name(config: dict) -> str | None:
-    task = config.get("task")
-    return task.get("name") if isinstance(task, dict) else None
-
-
-def _learned(metrics: dict, config: dict) -> bool:
-    """Whether a run learned its task in distribution (see :func:`posenc.files.learned_from_metrics`)."""
-    return learned_from_metrics(metrics, has_mastery_criterion(_task_name(config)))
-
-
-def _about(run: Path, config: dict, metrics: dict) -> dict:
-    """The columns every row of ``run`` shares: where it is, who it is, and whether it learned its task."""
-    identity = run_identity(config)
-    steps = metrics.get("steps_to_learn")
-    return {"run": describe_run(run), "run_id": identity.run_id, "config_id": identity.config_id,
-            "config": identity.config, "learned": _learned(metrics, config),
+def _about(folder: RunFolder) -> dict:
+    """The columns every row of a run shares: where it is, who it is, and whether it learned its task."""
+    identity, steps = folder.identity, folder.metrics.get("steps_to_learn")
+    return {"run": describe_run(folder.path), "run_id": identity.run_id, "config_id": identity.config_id,
+            "config": identity.config, "learned": folder.learned,
             "steps_to_learn": math.nan if steps is None else float(steps)}
 
 

@@ -88,21 +88,6 @@ def dump_yaml(data: dict[str, Any] | list[Any]) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def learned_from_metrics(metrics: dict[str, Any], exact_match_task: bool = True) -> bool:
-    """Whether a run learned its task in distribution, from its ``metrics.json``: a mastery check on
-    held-out sequences met the target (``steps_to_learn`` set) when checks ran; else what the run recorded
-    (a task without an exact-match criterion, lm: whether it converged, see
-    :func:`posenc.task_facts.converged`; runs recorded before that rule count as learned); a run trained
-    before mastery checks existed, when its final exact match reached 0.99, the default target."""
-    if not exact_match_task:
-        return bool(metrics.get("learned", True))
-    if metrics.get("checks"):
-        return metrics.get("steps_to_learn") is not None
-    if "learned" in metrics:
-        return bool(metrics["learned"])
-    return float(metrics.get("exact_match") or 0.0) >= 0.99
-
-
 def special_file(path: Path) -> str | None:
     """What ``path`` is when it exists but is no regular file (``"a FIFO"``, ``"a folder"``, ...), else None.
 

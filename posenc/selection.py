@@ -27,6 +27,7 @@ import pandas as pd
 from posenc import files as run_files
 from posenc.errors import PosencError
 from posenc.store import _flatten, run_identity
+from posenc.run_folder import learned_from_metrics
 from posenc.task_facts import has_mastery_criterion
 
 CHOICES_STEM = "choices"
@@ -40,7 +41,7 @@ def _candidate_rows(runs: list[Path], key: str, configs: list[dict]) -> pd.DataF
         flat = _flatten(config)
         metrics = run_files.read_metrics(run)  # unfinished or damaged: one line (--choose compares finished runs)
         task = (config.get("task") or {}).get("name")
-        learned = run_files.learned_from_metrics(metrics, has_mastery_criterion(task))
+        learned = learned_from_metrics(metrics, has_mastery_criterion(task))
         steps = metrics.get("steps_to_learn")
         rows.append({
             "run": run, "group": run_identity(_without(config, key)).config_id, "task": task,
@@ -202,7 +203,7 @@ def missed_configurations(runs: list[Path], configs: list[dict], key: str, value
             continue
         metrics = run_files.read_metrics(run)  # unfinished or damaged: one line
         task, encoder = (config.get("task") or {}).get("name"), (config.get("encoder") or {}).get("name")
-        if not run_files.learned_from_metrics(metrics, has_mastery_criterion(task)):
+        if not learned_from_metrics(metrics, has_mastery_criterion(task)):
             mixer = (config.get("model") or {}).get("mixer", "attention")
             encoders = missed.setdefault(task if mixer == "attention" else f"{task} model.mixer={mixer}", [])
             if encoder not in encoders:

@@ -1,58 +1,13 @@
-"""Tidy tables: writing them (CSV, Parquet, Markdown) and the table of trained runs."""
+"""Tidy tables: writing and reading them (CSV, Parquet, Markdown); a run's path as tables name it."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
 
 from posenc import files as run_files
 from posenc.errors import PosencError
-from posenc.task_facts import has_mastery_criterion
-
-TRAINING_COLUMNS = [
-    "run", "encoder", "task", "train_length", "seed", "learned", "steps_to_learn", "steps", "budget",
-    "train_seconds", "exact_match", "token_accuracy", "loss", "n_sequences", "device", "heldout_loss_fall",
-]  # fmt: skip
-# heldout_loss_fall: lm's convergence record, the held-out loss's relative fall over the last quarter of the
-# budget (posenc.task_facts.loss_fall; learned = converged = under 2%); empty for other tasks.
-
-
-def training_table(runs: list[Path], notes: list[str] | None = None) -> pd.DataFrame:
-    """One row per run: its final in-distribution metrics from ``metrics.json`` (NaN where missing). A damaged,
-    special or mistyped ``metrics.json`` (not an unfinished run's missing one) leaves the row empty and adds a
-    line naming it to ``notes`` when given."""
-    rows = []
-    for run in runs:
-        try:
-            metrics = run_files.read_metrics(run)
-        except PosencError as err:
-            metrics = {}
-            if notes is not None and os.path.lexists(run / run_files.METRICS_FILE):
-                notes.append(str(err))
-        if metrics:
-            metrics["learned"] = run_files.learned_from_metrics(metrics, has_mastery_criterion(metrics.get("task")))
-        rows.append({**{c: None for c in TRAINING_COLUMNS}, **metrics, "run": describe_run(run)})
-    table = pd.DataFrame(rows, columns=TRAINING_COLUMNS)
-    # Counts stay integers when an unfinished run leaves them empty (not 32.000 and 0.000).
-    for column in ("train_length", "seed", "steps_to_learn", "steps", "budget", "n_sequences"):
-        table[column] = pd.to_numeric(table[column], errors="coerce").round().astype("Int64")
-    return table
-
-
-def extend_training_table(out_dir: Path, table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` after the rows of ``out_dir``'s training table for other runs (``posenc runs --extend``):
-    runs trained elsewhere keep their rows; a run in both takes its new row. Sorted by run."""
-    earlier = read_table(out_dir, "training")
-    if earlier is None:
-        return table
-    kept = earlier[~earlier["run"].isin(table["run"])]
-    if kept.empty:
-        return table
-    merged = pd.concat([kept.astype(table.dtypes.to_dict(), errors="ignore"), table], ignore_index=True)
-    return merged.sort_values("run", kind="stable").reset_index(drop=True)
-
 
 def describe_run(run: Path) -> str:
     """``run`` relative to the working directory when below it, else as given."""

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from posenc.errors import PosencError
-from posenc.extrapolate import run_config
+from posenc.run_folder import run_config
 from posenc.runs import find_runs
 from posenc.selection import missed_configurations
 

@@ -7,7 +7,8 @@ import pytest
 from conftest import learned_run, tiny_config, tiny_dict
 
 from posenc.errors import PosencError
-from posenc.extrapolate import extrapolate, not_learned_note, run_config
+from posenc.extrapolate import extrapolate, not_learned_note
+from posenc.run_folder import run_config
 from posenc.store import COLUMNS, POSITION_COLUMNS, SEQUENCE_COLUMNS, run_identity
 
 

@@ -74,7 +74,8 @@ def test_no_import_cycles_between_posenc_modules():
 @pytest.mark.parametrize("module", ["posenc.report", "posenc.compare", "posenc.store", "posenc.plots",
                                     "posenc.pipeline", "posenc.folders", "posenc.claims", "posenc.views",
                                     "posenc.kernel_views", "posenc.printing", "posenc.registry", "posenc.cli",
-                                    "posenc.task_facts", "posenc.selection", "posenc.tables", "posenc.evidence"])
+                                    "posenc.task_facts", "posenc.selection", "posenc.tables", "posenc.evidence",
+                                    "posenc.run_folder"])
 def test_tables_and_reports_import_no_torch(module):
     code = f"import {module}, sys; assert 'torch' not in sys.modules, 'torch imported'"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -31,7 +31,7 @@ def test_runs_never_cuts_numbers_in_a_100_column_terminal(tmp_path, monkeypatch,
     import pandas as pd
 
     import posenc.printing
-    from posenc.tables import TRAINING_COLUMNS
+    from posenc.run_folder import TRAINING_COLUMNS
 
     row = {"run": "results/runs/copy/rope/seed0/train.lr=0.001,train.steps=4000", "encoder": "rope_partial",
            "task": "retrieval", "train_length": 64, "seed": 2, "learned": True, "steps_to_learn": 1250,

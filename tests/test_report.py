@@ -16,7 +16,8 @@ from posenc.pipeline import REPORT, compare_into, regenerate
 from posenc.report import GENERATED, same_report
 
 TORCH_FREE = ["posenc.report", "posenc.compare", "posenc.plots", "posenc.stats", "posenc.claims",
-              "posenc.evidence", "posenc.store", "posenc.views", "posenc.pipeline", "posenc.files", "posenc.tables"]
+              "posenc.evidence", "posenc.store", "posenc.views", "posenc.pipeline", "posenc.files", "posenc.tables",
+              "posenc.run_folder"]
 
 
 def test_rendering_modules_import_no_torch():

@@ -1,0 +1,40 @@
+"""posenc/run_folder.py: a run folder read once - config, metrics, identity, task, learned."""
+
+import json
+
+from conftest import learned_run
+
+from posenc.run_folder import DEFAULT_TRAIN_LENGTH, RunFolder
+from posenc.store import run_identity
+
+
+def test_a_finished_run_reads_whole_with_its_identity_computed_once(tmp_path, always_learns):
+    metrics = learned_run(tmp_path / "run")
+    folder = RunFolder.read(tmp_path / "run")
+    assert folder.finished and folder.learned and folder.metrics == metrics
+    assert folder.identity == run_identity(folder.config) and folder.identity is folder.identity  # cached
+    assert folder.run_id == folder.identity.run_id and folder.task == "copy"
+    assert folder.train_length == folder.config["task"]["length"] == metrics["train_length"]
+
+
+def test_learned_follows_the_tasks_rule(tmp_path, always_learns):
+    learned_run(tmp_path / "run")
+    path = tmp_path / "run" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    path.write_text(json.dumps({**metrics, "steps_to_learn": None}))  # checks ran, none met the target
+    assert not RunFolder.read(tmp_path / "run").learned
+    config = (tmp_path / "run" / "config.yaml").read_text().replace("name: copy", "name: lm", 1)
+    (tmp_path / "run" / "config.yaml").write_text(config)  # lm: learned is the run's recorded convergence
+    path.write_text(json.dumps({**metrics, "learned": False, "heldout_loss_fall": 0.03}))
+    assert RunFolder.read(tmp_path / "run").task == "lm" and not RunFolder.read(tmp_path / "run").learned
+    path.write_text(json.dumps({**metrics, "learned": True, "heldout_loss_fall": 0.01}))
+    assert RunFolder.read(tmp_path / "run").learned
+
+
+def test_an_unfinished_or_damaged_folder_reads_as_empty_without_raising(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text(": not yaml [")
+    folder = RunFolder.read(tmp_path / "run")
+    assert folder.config == {} and folder.metrics == {} and not folder.finished
+    assert folder.identity is None and folder.run_id is None and folder.task is None
+    assert folder.train_length == DEFAULT_TRAIN_LENGTH
