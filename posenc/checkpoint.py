@@ -18,7 +18,7 @@ import torch
 from posenc import files as run_files
 from posenc import runs as run_dirs
 from posenc.errors import PosencError
-from posenc.store import without_neutral
+from posenc.analysis.store import without_neutral
 
 class TrainingInterrupted(PosencError):
     """A stop signal arrived; a checkpoint was saved, and the process should exit with ``exit_code``."""
@@ -53,7 +53,7 @@ def set_rng_states(states: dict[str, Any], data: torch.Generator) -> None:
 
 def comparable(config: dict[str, Any]) -> dict[str, Any]:
     """What must match for a run to resume: ``config`` without the run-neutral keys
-    (:data:`posenc.store.RUN_NEUTRAL_KEYS`, the one list identity and Hydra's folder names use too)."""
+    (:data:`posenc.analysis.store.RUN_NEUTRAL_KEYS`, the one list identity and Hydra's folder names use too)."""
     return without_neutral(config)
 
 

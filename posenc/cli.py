@@ -14,7 +14,7 @@ import typer
 
 from posenc.arguments import check_eval_options, parse_encoders, parse_lengths, parse_scalings
 from posenc.errors import PosencError
-from posenc.printing import by_headline_metric, print_comparison, print_notes, print_registry, print_table
+from posenc.analysis.printing import by_headline_metric, print_comparison, print_notes, print_registry, print_table
 from posenc.progress import console, print_error
 
 app = typer.Typer(
@@ -127,11 +127,11 @@ def extrapolate(
     """
     from posenc.extrapolate import check_max_hours, distinct_runs, not_learned_note, scaling_note
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.folders import check_destination
-    from posenc.pipeline import store_into
+    from posenc.analysis.folders import check_destination
+    from posenc.analysis.pipeline import store_into
     from posenc.runs import find_runs
-    from posenc.store import read_results
-    from posenc.views import summary
+    from posenc.analysis.store import read_results
+    from posenc.analysis.views import summary
 
     unreadable: list[str] = []
     with one_line_errors(out):
@@ -160,7 +160,7 @@ def extrapolate(
 
 def _interrupted(out: Path) -> None:
     """Ctrl-C: one line saying truthfully whether the new files were published in ``out``; exit 130."""
-    from posenc.folders import interrupted_message
+    from posenc.analysis.folders import interrupted_message
 
     print_error(interrupted_message(out))
     raise typer.Exit(130)
@@ -209,13 +209,13 @@ def compare(
     """
     from posenc.extrapolate import check_max_hours, distinct_runs, not_learned_note, run_facts, scaling_note
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.folders import check_destination
-    from posenc.pipeline import check_extendable, compare_into
+    from posenc.analysis.folders import check_destination
+    from posenc.analysis.pipeline import check_extendable, compare_into
     from posenc.runs import find_runs
-    from posenc.selection import CHOICES_STEM, check_choose_key, choose_runs, losing_runs
-    from posenc.run_folder import RunFolder
-    from posenc.store import read_results
-    from posenc.tables import read_table
+    from posenc.analysis.selection import CHOICES_STEM, check_choose_key, choose_runs, losing_runs
+    from posenc.analysis.run_folder import RunFolder
+    from posenc.analysis.store import read_results
+    from posenc.analysis.tables import read_table
 
     unreadable: list[str] = []
     with one_line_errors(out):  # every file is written at the end, all or nothing
@@ -263,7 +263,7 @@ def report(
     out: Annotated[Path, typer.Argument(help="A folder written by `posenc compare`.")],
 ) -> None:
     """Regenerate a comparison's tables, figures and report.md from its tables alone (no runs needed)."""
-    from posenc.pipeline import regenerate
+    from posenc.analysis.pipeline import regenerate
 
     with one_line_errors(out):
         comparison, paths, figures = regenerate(out, _command("report"))
@@ -283,10 +283,10 @@ def runs(
     ] = False,
 ) -> None:
     """List trained runs with their training time and metrics at the training length."""
-    from posenc.folders import check_destination, moved, updating
+    from posenc.analysis.folders import check_destination, moved, updating
     from posenc.runs import find_runs
-    from posenc.run_folder import extend_training_table, training_table
-    from posenc.tables import write_tables
+    from posenc.analysis.run_folder import extend_training_table, training_table
+    from posenc.analysis.tables import write_tables
 
     notes: list[str] = []
     with one_line_errors(out):
@@ -308,7 +308,7 @@ def _weightless_runs(found: list[Path], compared: set[str]) -> set[Path]:
     """The runs in ``found`` without a checkpoint (``compare --extend --choose`` candidates); each must be in
     OUT's comparison (``compared``, its run ids) already, since it cannot be evaluated again."""
     from posenc.files import CHECKPOINT_FILE
-    from posenc.run_folder import RunFolder
+    from posenc.analysis.run_folder import RunFolder
 
     weightless = {run for run in found if not (run / CHECKPOINT_FILE).exists()}
     for run in sorted(weightless):
@@ -362,11 +362,11 @@ def kernels(
 
     Encoders with learned parameters are drawn only from trained runs (--runs), with their own shape.
     """
-    from posenc.folders import check_destination, moved, updating
-    from posenc.kernel_views import summary, summary_markdown, write_figures
+    from posenc.analysis.folders import check_destination, moved, updating
+    from posenc.analysis.kernel_views import summary, summary_markdown, write_figures
     from posenc.kernels import TABLE_STEM, kernel_table
     from posenc.runs import find_runs
-    from posenc.tables import write_tables
+    from posenc.analysis.tables import write_tables
 
     with one_line_errors(out):
         names = parse_encoders(encoders)

@@ -1,6 +1,6 @@
 """Length extrapolation: evaluate trained runs at exact lengths (rows, per-sequence scores, positions).
 
-This module evaluates; :mod:`posenc.store` reads, merges and writes what it returns.
+This module evaluates; :mod:`posenc.analysis.store` reads, merges and writes what it returns.
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ from posenc import files as run_files
 from posenc import runs as run_dirs
 from posenc.arguments import NO_SCALING
 from posenc.encoders import ENCODERS
-from posenc.compare import held_back
+from posenc.analysis.compare import held_back
 from posenc.errors import PosencError, PositionRangeError
 from posenc.evaluate import default_sequences, evaluate_detailed, resolve_device
 from posenc.progress import console, make_progress
-from posenc.run_folder import RunFolder, read_config
-from posenc.store import COLUMNS, Results
-from posenc.tables import describe_run
+from posenc.analysis.run_folder import RunFolder, read_config
+from posenc.analysis.store import COLUMNS, Results
+from posenc.analysis.tables import describe_run
 
 if TYPE_CHECKING:
     from posenc.functional.rope_scaling_spec import RopeScaling
 
-# One row per (run, evaluation length, RoPE scaling, depth), columns :data:`posenc.store.COLUMNS`:
+# One row per (run, evaluation length, RoPE scaling, depth), columns :data:`posenc.analysis.store.COLUMNS`:
 # ``scaling`` is "none" (the encoder as trained) or an evaluation-time RoPE extension method (":<factor>"
 # when the factor was fixed by the user); ``depth`` is NaN except for tasks evaluated at several depths.
 
@@ -87,7 +87,7 @@ def run_problem(run: Path) -> str | None:
 
 def distinct_runs(runs: list[Path]) -> tuple[list[Path], str | None]:
     """``runs`` with each run once: the same run reached by two paths (a symlink, a backup copy of its folder)
-    has one identity (:func:`posenc.store.run_identity`) and is evaluated and pooled once. Also a note naming
+    has one identity (:func:`posenc.analysis.store.run_identity`) and is evaluated and pooled once. Also a note naming
     what was left out (None if nothing). Kept: a copy whose files are whole, then a path without symlinks, then
     the first in sorted order. Runs whose config cannot be read are kept: evaluating them says why they are
     skipped."""
@@ -164,7 +164,7 @@ def extrapolate(
             estimated to take over a minute is announced on stderr when ``progress`` is on.
 
     Returns:
-        The new :class:`~posenc.store.Results`, and one line for each run that was skipped (unfinished,
+        The new :class:`~posenc.analysis.store.Results`, and one line for each run that was skipped (unfinished,
         unreadable, ...).
 
     A length the encoder cannot represent (a learned table too short) gives NaN metrics and a note.
@@ -208,7 +208,7 @@ def _held_back_configs(folders) -> set[str]:
     """The configurations evaluated at their training length only. Mastery belongs to a configuration: if one
     of its seeds did not learn, none of them is compared past the training length, so none is evaluated there
     (the long lengths are the expensive ones). lm has no mastery: a run that did not converge is still
-    compared (marked) at every length (:func:`posenc.compare.held_back`). Finished runs only: an unfinished one
+    compared (marked) at every length (:func:`posenc.analysis.compare.held_back`). Finished runs only: an unfinished one
     is skipped anyway."""
     return {f.identity.config_id for f in folders if f.finished and held_back(f.learned, f.task)}
 

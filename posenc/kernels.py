@@ -45,7 +45,7 @@ from posenc import functional as F
 from posenc.encoders import AttentionShape, PositionalEncoder, build_encoder
 from posenc.errors import PosencError, PositionRangeError
 from posenc.functional.rope_scaling_spec import RopeScaling
-from posenc.kernel_views import UNTRAINED
+from posenc.analysis.kernel_views import UNTRAINED
 
 #: Shape of the untrained default encoders: conf/model/small.yaml (d_model 128, 4 heads -> head_dim 32).
 DEFAULT_SHAPE = AttentionShape(d_model=128, n_heads=4)
@@ -275,7 +275,7 @@ def kernel_table(
 ) -> Kernel:
     """Kernels of the untrained default encoders ``names`` and of the trained ``runs`` (their own encoder)."""
     from posenc.runs import load_run
-    from posenc.tables import describe_run
+    from posenc.analysis.tables import describe_run
 
     arguments.check_max_distance(max_distance)
     arguments.check_factor(factor)

@@ -22,7 +22,7 @@ from posenc.encoders import ENCODERS
 from posenc.errors import ConfigError, PosencError
 from posenc.files import (CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE, OVERRIDES_FILE,
                           check_regular)
-from posenc.folders import check_writable
+from posenc.analysis.folders import check_writable
 from posenc.tasks import TASKS
 from posenc.tracking import check_logger
 

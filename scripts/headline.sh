@@ -8,7 +8,7 @@
 #   2. a configuration where any seed missed that: all its seeds again at lr 1e-3 (a two-value lr grid, searched
 #      only where the first value fails: scripts/retry_not_learned.py);
 #   3. `posenc compare --choose train.lr` compares, per configuration, the lr whose seeds learned best at the
-#      training length (most seeds, then fewest steps; posenc/selection.py) - nothing past 1x is looked at.
+#      training length (most seeds, then fewest steps; posenc/analysis/selection.py) - nothing past 1x is looked at.
 # Configurations that did not learn are evaluated at their training length only; the rest at every length to 8192
 # (64 sequences there: most of the evaluation's time on a CPU). RoPE scaling methods are compared in
 # scripts/rope_scaling.sh and lm.sh.

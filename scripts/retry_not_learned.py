@@ -5,7 +5,7 @@ another sequence mixer on a line of their own: ``task=retrieval encoder=nope mod
     python scripts/retry_not_learned.py results/multirun/headline --lr 0.003
 
 scripts/headline.sh runs each line with ``seed=0,1,2 train.lr=<fallback>``; `posenc compare --choose train.lr`
-then compares, per configuration, the learning rate whose seeds learned best (posenc/selection.py).
+then compares, per configuration, the learning rate whose seeds learned best (posenc/analysis/selection.py).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from posenc.errors import PosencError
-from posenc.run_folder import run_config
+from posenc.analysis.run_folder import run_config
 from posenc.runs import find_runs
-from posenc.selection import missed_configurations
+from posenc.analysis.selection import missed_configurations
 
 
 def main(argv: list[str] | None = None) -> int:

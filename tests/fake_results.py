@@ -1,4 +1,4 @@
-"""Results tables built by hand (no training): what posenc.store, compare, views and report read.
+"""Results tables built by hand (no training): what posenc.analysis.store, compare, views and report read.
 
 ``fake_run`` gives the three tables of one run evaluated at some lengths, with per-sequence values chosen by
 the test, so that aggregates, intervals and reports can be checked against numbers known in advance.
@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from posenc.store import COLUMNS, POSITION_COLUMNS, SEQUENCE_COLUMNS, Results, run_identity
+from posenc.analysis.store import COLUMNS, POSITION_COLUMNS, SEQUENCE_COLUMNS, Results, run_identity
 
 
 def config_of(encoder: str, task: str = "copy", seed: int = 0, train_length: int = 64, **train) -> dict:

@@ -123,7 +123,7 @@ def test_a_run_dir_of_another_config_is_refused_and_left_alone(tmp_path):
 def test_how_switches_do_not_block_resuming(tmp_path):
     """train.compile and model.attention choose how, not what, is computed, train.log_every and
     train.checkpoint_every only how often progress is logged and saved, train.eval_sequences the size of the
-    check after training: a run resumes across them (posenc.store.RUN_NEUTRAL_KEYS)."""
+    check after training: a run resumes across them (posenc.analysis.store.RUN_NEUTRAL_KEYS)."""
     short = ("train.steps=8", "train.checkpoint_every=4")
     train(tiny_config(*short), tmp_path, tiny_dict(*short))
     state = torch.load(tmp_path / run_files.CHECKPOINT_FILE, weights_only=True)

@@ -11,7 +11,7 @@ from posenc.cli import app
 from posenc.encoders import ENCODERS
 from posenc.files import CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE
 from posenc.hydra_entry import short_dirname
-from posenc.store import COLUMNS, POSITION_COLUMNS, RUN_NEUTRAL_KEYS, SEQUENCE_COLUMNS
+from posenc.analysis.store import COLUMNS, POSITION_COLUMNS, RUN_NEUTRAL_KEYS, SEQUENCE_COLUMNS
 
 runner = CliRunner()
 # The sub-folder Hydra names after the overrides of the `trained_runs` sweep (sorted, joined by commas).

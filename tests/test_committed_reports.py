@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from posenc.pipeline import REPORT, regenerate
-from posenc.report import same_report
+from posenc.analysis.pipeline import REPORT, regenerate
+from posenc.analysis.report import same_report
 
 # End to end (every committed report redrawn, figures included): with the integration set.
 pytestmark = pytest.mark.integration

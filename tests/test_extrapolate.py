@@ -8,8 +8,8 @@ from conftest import learned_run, tiny_config, tiny_dict
 
 from posenc.errors import PosencError
 from posenc.extrapolate import extrapolate, not_learned_note
-from posenc.run_folder import run_config
-from posenc.store import COLUMNS, POSITION_COLUMNS, SEQUENCE_COLUMNS, run_identity
+from posenc.analysis.run_folder import run_config
+from posenc.analysis.store import COLUMNS, POSITION_COLUMNS, SEQUENCE_COLUMNS, run_identity
 
 
 def test_a_single_scaling_method_labels_only_rotary_runs_with_it(trained_runs):

@@ -14,7 +14,7 @@ import torch
 from conftest import LEARNS, TINY, learned_run
 from typer.testing import CliRunner
 
-import posenc.pipeline
+import posenc.analysis.pipeline
 from posenc.cli import app
 from posenc.files import CHECKPOINT_FILE
 
@@ -96,7 +96,7 @@ def test_ctrl_c_before_the_tables_are_published_says_nothing_changed(compared, m
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(posenc.pipeline, "render", interrupt)  # while the report is drawn, before the commit
+    monkeypatch.setattr(posenc.analysis.pipeline, "render", interrupt)  # while the report is drawn, before the commit
     result = runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16,24", "--sequences", "4",
                                  "--out", "tables"])
     line = _one_error(result, 130)
@@ -110,7 +110,7 @@ def test_ctrl_c_after_the_tables_are_published_says_so(compared, monkeypatch):
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(posenc.pipeline, "_moved_figures", interrupt)  # just after the commit
+    monkeypatch.setattr(posenc.analysis.pipeline, "_moved_figures", interrupt)  # just after the commit
     result = runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16,24", "--sequences", "4",
                                  "--out", "tables"])
     line = _one_error(result, 130)
@@ -125,7 +125,7 @@ def test_ctrl_c_during_report_is_one_line(compared, monkeypatch):
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(posenc.pipeline, "render", interrupt)
+    monkeypatch.setattr(posenc.analysis.pipeline, "render", interrupt)
     line = _one_error(runner.invoke(app, ["report", "tables"]), 130)
     assert line == "error: interrupted; nothing in tables was changed (its old files are as they were)"
     assert snapshot(compared) == before

@@ -17,7 +17,7 @@ from posenc.encoders import build_encoder
 from posenc.errors import ConfigError, PosencError
 from posenc.mixers import DEFAULT_MIXER, FFT_MIN_TAPS, MIXERS, SHORT_TAPS, BaseConv, base_conv_taps, causal_conv
 from posenc.model import CausalSelfAttention, ModelConfig, Transformer
-from posenc.store import run_identity
+from posenc.analysis.store import run_identity
 
 CFG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=4, d_mlp=64, mixer="base_conv")
 TRAIN_LENGTH = 24

@@ -30,8 +30,8 @@ def test_runs_never_cuts_numbers_in_a_100_column_terminal(tmp_path, monkeypatch,
 
     import pandas as pd
 
-    import posenc.printing
-    from posenc.run_folder import TRAINING_COLUMNS
+    import posenc.analysis.printing
+    from posenc.analysis.run_folder import TRAINING_COLUMNS
 
     row = {"run": "results/runs/copy/rope/seed0/train.lr=0.001,train.steps=4000", "encoder": "rope_partial",
            "task": "retrieval", "train_length": 64, "seed": 2, "learned": True, "steps_to_learn": 1250,
@@ -39,8 +39,8 @@ def test_runs_never_cuts_numbers_in_a_100_column_terminal(tmp_path, monkeypatch,
            "loss": 0.0123, "n_sequences": 512, "device": "cpu"}
     table = pd.DataFrame([row], columns=TRAINING_COLUMNS)
     monkeypatch.setenv("COLUMNS", "100")
-    monkeypatch.setattr(posenc.printing, "sys", types.SimpleNamespace(stdout=types.SimpleNamespace(isatty=lambda: True)))
-    posenc.printing.print_table(table)
+    monkeypatch.setattr(posenc.analysis.printing, "sys", types.SimpleNamespace(stdout=types.SimpleNamespace(isatty=lambda: True)))
+    posenc.analysis.printing.print_table(table)
     shown = capsys.readouterr().out
     assert "…" not in shown, shown
     for value in ("123.456", "0.991", "0.998", "0.012", "1250", "4000", "512", "rope_partial", "retrieval"):

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from posenc import files
 from posenc.cli import app
-from posenc.folders import updating
-from posenc.pipeline import compare_into, regenerate, store_into
+from posenc.analysis.folders import updating
+from posenc.analysis.pipeline import compare_into, regenerate, store_into
 
 runner = CliRunner()
 

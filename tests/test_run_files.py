@@ -115,7 +115,7 @@ def test_report_refuses_tables_whose_sequence_rows_were_deleted(tmp_path, always
 
 
 def test_lm_learned_is_what_the_run_recorded_its_convergence_to_be():
-    from posenc.run_folder import learned_from_metrics
+    from posenc.analysis.run_folder import learned_from_metrics
 
     assert learned_from_metrics({"learned": False, "heldout_loss_fall": 0.03}, exact_match_task=False) is False
     assert learned_from_metrics({"learned": True}, exact_match_task=False) is True

@@ -1,4 +1,4 @@
-"""posenc.store.RUN_NEUTRAL_KEYS is the one list of keys that do not change what a run computes: changing one
+"""posenc.analysis.store.RUN_NEUTRAL_KEYS is the one list of keys that do not change what a run computes: changing one
 keeps a run's identity, its resume and its Hydra folder; changing any other key changes all three."""
 
 from pathlib import Path
@@ -8,7 +8,7 @@ import yaml
 from conftest import compose_dict
 
 from posenc.checkpoint import comparable, config_difference
-from posenc.store import LATER_DEFAULTS, RUN_NEUTRAL_KEYS, run_identity
+from posenc.analysis.store import LATER_DEFAULTS, RUN_NEUTRAL_KEYS, run_identity
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "config.yaml"
 FOLDER_KEYS = {"encoder", "task", "seed", "experiment"}  # name the run folder's path itself

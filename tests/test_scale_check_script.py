@@ -4,8 +4,8 @@ import pytest
 from conftest import load_script
 from fake_results import config_of, fake_run, results_of
 
-from posenc.pipeline import compare_into
-from posenc.store import run_identity
+from posenc.analysis.pipeline import compare_into
+from posenc.analysis.store import run_identity
 
 
 def _script():

@@ -1,4 +1,4 @@
-"""posenc.stats: empirical coverage of the 95% intervals on simulated seeds and sequences with a known truth.
+"""posenc.analysis.stats: empirical coverage of the 95% intervals on simulated seeds and sequences with a known truth.
 
 Each regime draws ``SIMS`` groups of ``S = 3`` seeds with ``N = 64`` sequences each from a model with a
 random seed effect and a known population mean, and counts how often the interval holds that mean. With
@@ -10,7 +10,7 @@ replace covered 0.83-0.87 where the seed spread dominates (Student's t with 2 df
 Model. Shares: seed ``s`` solves sequence ``i`` when ``ρ·c_i + sqrt(1-ρ²)·ε_si < Φ⁻¹(p_s)``, with
 ``p_s = expit(logit(p0) + sd·u_s)``, ``u, c, ε`` standard normal, so ``P(solve | seed) = p_s`` and the truth
 is ``E[p_s]`` (Gauss-Hermite). ``c_i`` is the sequence's difficulty: independent per seed (ρ = 0) for
-groups, the sequences :func:`posenc.stats.group_estimate` counts as independent; shared by every seed of
+groups, the sequences :func:`posenc.analysis.stats.group_estimate` counts as independent; shared by every seed of
 both sides (ρ = 0.7) for paired differences. Losses: ``μ + sd·u_s + c_i + e_si`` with ``e`` a centred
 exponential (skewed, as losses are).
 """
@@ -21,7 +21,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from posenc.stats import group_estimate, paired_difference
+from posenc.analysis.stats import group_estimate, paired_difference
 
 SIMS, S, N = 1500, 3, 64
 NODES, WEIGHTS = np.polynomial.hermite_e.hermegauss(60)

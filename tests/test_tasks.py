@@ -66,7 +66,7 @@ def test_unknown_task_and_option_are_refused():
 
 @pytest.mark.parametrize("name", TASKS)
 def test_evaluation_sequence_i_does_not_depend_on_how_many_sequences_are_scored(name):
-    """Paired comparisons (posenc.stats.paired_difference, the report's paired table, the literature checks)
+    """Paired comparisons (posenc.analysis.stats.paired_difference, the report's paired table, the literature checks)
     match sequence i of one run with sequence i of another and cut runs scored on different numbers of
     sequences to their common prefix ("sequence i is the same everywhere"): that needs the first n evaluation
     sequences at a length to be the same whether n or more were scored (e.g. a run evaluated earlier with

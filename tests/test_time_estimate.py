@@ -58,12 +58,12 @@ def test_a_huge_request_is_refused_in_one_line_before_any_work(trained_runs, tmp
 
 def test_a_long_evaluation_is_announced_and_max_hours_raises_the_limit(tmp_path, always_learns, monkeypatch):
     import posenc.extrapolate
-    import posenc.run_folder
+    import posenc.analysis.run_folder
 
     monkeypatch.chdir(tmp_path)
     learned_run(tmp_path / "run")
     flops = posenc.extrapolate.time_estimate(
-        {"r": posenc.run_folder.run_config(tmp_path / "run")}, {"r": [16, 32]}, {"r": ["none"]}, 4, 1.0)
+        {"r": posenc.analysis.run_folder.run_config(tmp_path / "run")}, {"r": [16, 32]}, {"r": ["none"]}, 4, 1.0)
     monkeypatch.setattr(posenc.extrapolate, "matmul_rate", lambda device: flops / (30 * 3600))  # 30 h
     args = ["extrapolate", "--runs", "run", "--lengths", "16,32", "--sequences", "4", "--out", "tables"]
     result = runner.invoke(app, args)

@@ -7,7 +7,7 @@ from conftest import tiny_config, tiny_dict
 
 from posenc.errors import ConfigError
 from posenc.options import keyword_options
-from posenc.store import run_identity
+from posenc.analysis.store import run_identity
 from posenc.tracking import TRACKERS, LoggerConfig, check_logger, open_tracker
 from posenc.train import train
 

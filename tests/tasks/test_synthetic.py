@@ -138,7 +138,7 @@ def test_retrieval_reading_its_answers_is_a_task_of_its_own():
     share a run identity (a checkpoint of one is never resumed as the other)."""
     from conftest import tiny_dict
 
-    from posenc.store import run_identity
+    from posenc.analysis.store import run_identity
 
     task = build_task("retrieval", {"read_answers": True})
     batch = task.sample(16, 48, gen())

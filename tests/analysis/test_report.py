@@ -12,12 +12,12 @@ from conftest import posenc_cli
 from fake_results import fake_run, results_of
 
 from posenc.errors import PosencError
-from posenc.pipeline import REPORT, compare_into, regenerate
-from posenc.report import GENERATED, same_report
+import posenc.analysis
+from posenc.analysis.pipeline import REPORT, compare_into, regenerate
+from posenc.analysis.report import GENERATED, same_report
 
-TORCH_FREE = ["posenc.report", "posenc.compare", "posenc.plots", "posenc.stats", "posenc.claims",
-              "posenc.evidence", "posenc.store", "posenc.views", "posenc.pipeline", "posenc.files", "posenc.tables",
-              "posenc.run_folder"]
+TORCH_FREE = sorted(f"posenc.analysis.{p.stem}" for p in Path(posenc.analysis.__file__).parent.glob("*.py")
+                    if p.stem != "__init__")  # the whole results package, by construction
 
 
 def test_rendering_modules_import_no_torch():
@@ -119,9 +119,9 @@ def test_posenc_report_regenerates_compares_report_after_the_runs_are_gone(train
 
 
 def test_literature_checks_read_evidence_from_the_tables_and_never_pool_configurations():
-    from posenc.claims import CLAIMS, Side, check
-    from posenc.compare import with_depth_means
-    from posenc.evidence import TableEvidence
+    from posenc.analysis.claims import CLAIMS, Side, check
+    from posenc.analysis.compare import with_depth_means
+    from posenc.analysis.evidence import TableEvidence
 
     ruoss = next(c for c in CLAIMS if c.key == "ruoss2023_copy")  # randomized beats sinusoidal at 2x, 4x
     n = 30
@@ -152,7 +152,7 @@ def test_a_seed_that_did_not_learn_is_drawn_at_its_own_budget():
     read from each run's configuration."""
     import json
 
-    from posenc.report import _budget
+    from posenc.analysis.report import _budget
 
     assert _budget(json.dumps({"train": {"steps": 3000}})) == 3000.0
     assert _budget(json.dumps({"train": {}})) != _budget(json.dumps({"train": {}}))  # NaN: not recorded
@@ -162,9 +162,9 @@ def test_a_seed_that_did_not_learn_is_drawn_at_its_own_budget():
 def test_lm_reports_each_encoders_change_of_loss_from_the_training_length():
     from fake_results import fake_run, results_of
 
-    from posenc.compare import aggregate, with_depth_means
-    from posenc.evidence import TableEvidence
-    from posenc.report import loss_change_table
+    from posenc.analysis.compare import aggregate, with_depth_means
+    from posenc.analysis.evidence import TableEvidence
+    from posenc.analysis.report import loss_change_table
 
     at_l = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]  # losses 0.1 ... 0.8
     runs = [fake_run(e, {4: at_l, 8: [v - grow for v in (0.85, 0.65, 0.45, 0.25) * 2]}, task="lm", train_length=4,

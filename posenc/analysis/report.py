@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc.claims import Side, check, claims_for, paper_vs_posenc, ungated
-from posenc.compare import NO_SCALING, held_back, labels, pivot, sequence_block, steps_table, with_depth_means
-from posenc.evidence import TableEvidence
-from posenc.plots import plot_all, plot_positions, plot_steps
-from posenc.selection import choices_markdown
-from posenc.stats import group_estimate, paired_difference
-from posenc.store import Results
+from posenc.analysis.claims import Side, check, claims_for, paper_vs_posenc, ungated
+from posenc.analysis.compare import NO_SCALING, held_back, labels, pivot, sequence_block, steps_table, with_depth_means
+from posenc.analysis.evidence import TableEvidence
+from posenc.analysis.plots import plot_all, plot_positions, plot_steps
+from posenc.analysis.selection import choices_markdown
+from posenc.analysis.stats import group_estimate, paired_difference
+from posenc.analysis.store import Results
 from posenc.task_facts import NESTED_EVALUATION, has_mastery_criterion, report_metrics
 
 GENERATED = "Generated"  # the first word of the report's one line that changes between regenerations
@@ -29,7 +29,7 @@ METHOD = (
     "Each cell is the mean over seeds with its 95% interval in brackets. The interval counts both sources of "
     "uncertainty: the spread between seeds, with Student's t on S − 1 degrees of freedom, and the finite number "
     "of evaluated sequences (lm: batch means of about √n consecutive windows), as Wilson's score interval at an "
-    "effective sample size (`posenc.stats`), so it stays inside [0, 1] and is never of zero width for a share. "
+    "effective sample size (`posenc.analysis.stats`), so it stays inside [0, 1] and is never of zero width for a share. "
     "Runs are pooled only when their whole configuration but the seed is the same. A group "
     "whose seeds did not all reach the mastery criterion over its training lengths (held-out exact match ≥ "
     "`train.target_exact_match`) is marked *not learned* and not compared past it ('n/l'). Every run sees the "
@@ -45,7 +45,7 @@ LM_METHOD = (
     "is shown at every length, its share of converged seeds given at the training length (dotted in figures, "
     "labelled *not converged*), and a "
     "literature check on it is not testable. The lm claims are checked on each window's change of loss from the "
-    "training length (the same bytes read with the shorter context; `posenc.evidence`), not on the loss itself."
+    "training length (the same bytes read with the shorter context; `posenc.analysis.evidence`), not on the loss itself."
 )
 
 
@@ -97,7 +97,7 @@ CHANGE_FACTORS = (2, 4, 8)  # lm: the change of loss from the training length, w
 
 def loss_change_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str) -> pd.DataFrame | None:
     """Each encoder's change of loss from the training length at :data:`CHANGE_FACTORS` (each window's loss
-    minus that of the same bytes read at ``L``: :meth:`posenc.evidence.TableEvidence.loss_change`), mean [95%
+    minus that of the same bytes read at ``L``: :meth:`posenc.analysis.evidence.TableEvidence.loss_change`), mean [95%
     interval] over seeds and windows (batch means); rotary checkpoints under each scaling method evaluated too.
     None where the task's evaluation sequences do not nest (every task but lm)."""
     if task not in NESTED_EVALUATION:
@@ -120,7 +120,7 @@ def loss_change_table(evidence: TableEvidence, comparison: pd.DataFrame, task: s
 
 def paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str, metric: str) -> pd.DataFrame | None:
     """Each learned encoder (as trained) minus :data:`REFERENCE` on ``metric``, paired by sequence, with its
-    95% interval (:func:`posenc.stats.paired_difference`), at :data:`PAIRED_FACTORS`; None when the
+    95% interval (:func:`posenc.analysis.stats.paired_difference`), at :data:`PAIRED_FACTORS`; None when the
     reference did not learn ``task`` or was not run (lm: groups that did not converge are shown too, as in
     every table; only the literature checks hold them back)."""
     learned = evidence.learned(task, REFERENCE)
@@ -148,10 +148,10 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
     """Draw every figure into ``out_dir`` and return ``report.md``'s text and the figures.
 
     Args:
-        results: the evaluations compared (with ``variant``; see :func:`posenc.compare.variants`).
-        comparison: :func:`posenc.compare.aggregate` of them.
+        results: the evaluations compared (with ``variant``; see :func:`posenc.analysis.compare.variants`).
+        comparison: :func:`posenc.analysis.compare.aggregate` of them.
         command: the command that made it, named in the report.
-        choices: :func:`posenc.selection.choose_runs`'s table when the runs compared were chosen among
+        choices: :func:`posenc.analysis.selection.choose_runs`'s table when the runs compared were chosen among
             candidates (``--choose``), else None.
     """
     figures = _figures(results, comparison, out_dir)
@@ -167,7 +167,7 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
         parts.append(f"## Runs compared: `{key}` chosen per configuration\n\n"
                      f"Where runs differ only in `{key}`, the value compared is the one whose seeds learned best "
                      "at the training length (most seeds learned, then fewest mean steps-to-learn, then the "
-                     "closest to learning; `posenc.selection`): nothing past the training length is looked at.\n\n" + section + "\n")
+                     "closest to learning; `posenc.analysis.selection`): nothing past the training length is looked at.\n\n" + section + "\n")
     evidence = TableEvidence(with_depth_means(results))
     steps = steps_table(comparison)
     for task in sorted(comparison["task"].unique()):
@@ -240,7 +240,7 @@ def _literature_section(comparison: pd.DataFrame, evidence: TableEvidence) -> li
     if not verdicts:
         return []
     parts = ["## Against the literature\n\n"
-             "Each claim is checked by one rule (`posenc.claims.check`) over windows of evaluation lengths "
+             "Each claim is checked by one rule (`posenc.analysis.claims.check`) over windows of evaluation lengths "
              "(e.g. (1×, 2×]: every length past the training length up to twice it, pooled per seed by "
              "length, then sequence, over the lengths both sides were evaluated at). A comparison holds "
              "when the paired interval of the difference lies on the expected side of 0, is contradicted "
@@ -268,7 +268,7 @@ def _literature_section(comparison: pd.DataFrame, evidence: TableEvidence) -> li
 
 def _with_ungated(verdict, evidence: TableEvidence) -> str:
     """A verdict's bullet, and under it, for an lm claim gated only by convergence, what the check says with
-    the gate lifted (:func:`posenc.claims.ungated`): a sensitivity line, not a verdict."""
+    the gate lifted (:func:`posenc.analysis.claims.ungated`): a sensitivity line, not a verdict."""
     lifted = ungated(verdict, evidence)
     if lifted is None:
         return verdict.markdown()

@@ -1,11 +1,11 @@
-"""posenc/run_folder.py: a run folder read once - config, metrics, identity, task, learned."""
+"""posenc/analysis/run_folder.py: a run folder read once - config, metrics, identity, task, learned."""
 
 import json
 
 from conftest import learned_run
 
-from posenc.run_folder import DEFAULT_TRAIN_LENGTH, RunFolder
-from posenc.store import run_identity
+from posenc.analysis.run_folder import DEFAULT_TRAIN_LENGTH, RunFolder
+from posenc.analysis.store import run_identity
 
 
 def test_a_finished_run_reads_whole_with_its_identity_computed_once(tmp_path, always_learns):

@@ -1,9 +1,9 @@
 """Aggregating evaluations across seeds, with intervals that count seeds and evaluated sequences.
 
 Runs are pooled only when they share their whole configuration but the seed (``config_id``, see
-:mod:`posenc.store`): one row per (task, encoder, configuration, train length, eval length, scaling, depth).
+:mod:`posenc.analysis.store`): one row per (task, encoder, configuration, train length, eval length, scaling, depth).
 Where one task and encoder were run in several configurations, each is its own row, labelled by the keys
-that differ (``variant``), never averaged together. Intervals are :func:`posenc.stats.group_estimate`'s.
+that differ (``variant``), never averaged together. Intervals are :func:`posenc.analysis.stats.group_estimate`'s.
 This module imports no torch: it works from the tables alone.
 """
 
@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from posenc.arguments import NO_SCALING
-from posenc.stats import group_estimate
-from posenc.store import KEY, NO_DEPTH, Results, describe_config, differing_keys
+from posenc.analysis.stats import group_estimate
+from posenc.analysis.store import KEY, NO_DEPTH, Results, describe_config, differing_keys
 from posenc.task_facts import ANSWER_ALPHABET, has_mastery_criterion
 
 GROUP = ["task", "encoder", "config_id", "train_length", "eval_length", "scaling", "depth"]
@@ -79,7 +79,7 @@ def aggregate(results: Results) -> pd.DataFrame:
     """One row per :data:`GROUP` with ``variant``, ``n_seeds`` (seeds evaluated there), ``seeds``, ``run_ids``,
     ``n_learned`` of ``n_trained`` seeds of the configuration that met the mastery criterion, ``learned``
     (all of them did), ``steps_to_learn`` (mean over the seeds that learned), ``n_sequences`` (over all seeds), and for each metric of :data:`METRICS` ``<metric>_mean``,
-    ``_low``, ``_high`` (95% interval, :func:`posenc.stats.group_estimate`); ``perplexity_*`` is ``exp`` of
+    ``_low``, ``_high`` (95% interval, :func:`posenc.analysis.stats.group_estimate`); ``perplexity_*`` is ``exp`` of
     the loss's; ``note``: the first note of the group's rows (e.g. why a learned table has no value)."""
     results = with_depth_means(results)
     ev = results.evaluations.assign(variant=variants(results.evaluations))
@@ -125,7 +125,7 @@ def aggregate(results: Results) -> pd.DataFrame:
 
 
 def sequence_block(task: str, sequences: int) -> int | None:
-    """The block length for :func:`posenc.stats.group_estimate`'s batch means: ``lm``'s evaluation windows are
+    """The block length for :func:`posenc.analysis.stats.group_estimate`'s batch means: ``lm``'s evaluation windows are
     consecutive slices of one text (lag-1 autocorrelation 0.2-0.5 measured), so their variance is estimated from
     means of about ``sqrt(n)`` consecutive windows (at least 2 blocks); other tasks draw independent sequences
     (None)."""

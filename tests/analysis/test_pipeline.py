@@ -1,8 +1,8 @@
-"""posenc/pipeline.py: which runs `compare --extend` compares."""
+"""posenc/analysis/pipeline.py: which runs `compare --extend` compares."""
 
 import pandas as pd
 
-from posenc.pipeline import _extended
+from posenc.analysis.pipeline import _extended
 
 
 def test_extend_keeps_earlier_runs_but_a_candidate_given_again_and_not_chosen_leaves(tmp_path):
@@ -17,7 +17,7 @@ def test_extend_keeps_earlier_runs_but_a_candidate_given_again_and_not_chosen_le
 def test_with_facts_overwrites_a_runs_stored_columns_and_nothing_else():
     from fake_results import fake_run, results_of
 
-    from posenc.pipeline import with_facts
+    from posenc.analysis.pipeline import with_facts
 
     stored = results_of(fake_run("rope", {64: [1, 1], 128: [1, 0]}, task="lm", seed=0),
                         fake_run("rope", {64: [1, 1]}, task="lm", seed=1))

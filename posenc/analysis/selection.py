@@ -26,13 +26,13 @@ import pandas as pd
 
 from posenc import files as run_files
 from posenc.errors import PosencError
-from posenc.store import _flatten, run_identity
-from posenc.run_folder import learned_from_metrics
+from posenc.analysis.store import _flatten, run_identity
+from posenc.analysis.run_folder import learned_from_metrics
 from posenc.task_facts import has_mastery_criterion
 
 CHOICES_STEM = "choices"
 COLUMNS = ["task", "encoder", "config_id", "key", "value", "seeds", "n_learned", "n_trained", "steps_to_learn",
-           "chosen"]  # config_id: the configuration without the key and the seed (posenc.store.run_identity)
+           "chosen"]  # config_id: the configuration without the key and the seed (posenc.analysis.store.run_identity)
 
 
 def _candidate_rows(runs: list[Path], key: str, configs: list[dict]) -> pd.DataFrame:
@@ -113,7 +113,7 @@ def check_choose_key(key: str) -> None:
     """Refuse a ``--choose`` key that cannot name a setting to choose: the seed (seeds of one configuration are
     pooled; keeping the best seed would report luck) and keys that do not change what a run computes (left out
     of its identity: the device, logging, checkpoint interval, ...)."""
-    from posenc.store import RUN_NEUTRAL_KEYS
+    from posenc.analysis.store import RUN_NEUTRAL_KEYS
 
     head = key.partition(".")[0]
     if key == "seed":

@@ -74,7 +74,7 @@ def write_figures(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     (mean over heads), and the heads as light lines where they differ (biases). Log2 x axes start at
     distance 1; a dotted line marks the training length.
     """
-    from posenc.plots import mark_training_lengths, pyplot, save_figure
+    from posenc.analysis.plots import mark_training_lengths, pyplot, save_figure
 
     plt = pyplot()
 

@@ -1,4 +1,4 @@
-"""Evidence for the literature checks (:mod:`posenc.claims`), read from evaluation tables alone."""
+"""Evidence for the literature checks (:mod:`posenc.analysis.claims`), read from evaluation tables alone."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ import math
 import numpy as np
 import pandas as pd
 
-from posenc.claims import DEFAULT_MIXER, Side
-from posenc.compare import chance_token_accuracy
-from posenc.store import Results
+from posenc.analysis.claims import DEFAULT_MIXER, Side
+from posenc.analysis.compare import chance_token_accuracy
+from posenc.analysis.store import Results
 from posenc.task_facts import NESTED_EVALUATION
 
 LOSS_CHANGE = "loss_change"  # a derived metric: loss at a length minus the loss of the same text at L (claims)
 
 
 class TableEvidence:
-    """:class:`posenc.claims.Evidence` over :class:`~posenc.store.Results` (with depth means, see
-    :func:`posenc.compare.with_depth_means`): per-seed arrays of per-sequence values, sorted by sequence, at
+    """:class:`posenc.analysis.claims.Evidence` over :class:`~posenc.analysis.store.Results` (with depth means, see
+    :func:`posenc.analysis.compare.with_depth_means`): per-seed arrays of per-sequence values, sorted by sequence, at
     any evaluation length a side was evaluated at.
 
     A side is the runs of its task and encoder whose model mixes tokens with the side's mixer (``model.mixer``,
@@ -121,7 +121,7 @@ class TableEvidence:
 
     def chance(self, task: str, metric: str) -> float:
         """0 for exact match (a uniform guess of a whole answer is right with negligible probability); for
-        token accuracy 1/(answer alphabet) of the task's runs (:func:`posenc.compare.chance_token_accuracy`),
+        token accuracy 1/(answer alphabet) of the task's runs (:func:`posenc.analysis.compare.chance_token_accuracy`),
         the largest where runs differ; NaN for loss and where the task has no fixed alphabet."""
         if metric == "exact_match":
             return 0.0
@@ -133,7 +133,7 @@ class TableEvidence:
 
 
 def mixer_of(config: object) -> str:
-    """The ``model.mixer`` of a run's configuration (the JSON of :class:`posenc.store.RunIdentity`, which
+    """The ``model.mixer`` of a run's configuration (the JSON of :class:`posenc.analysis.store.RunIdentity`, which
     leaves the key out at its default): attention where it says nothing."""
     try:
         model = json.loads(config).get("model") if isinstance(config, str) and config else None

@@ -8,7 +8,7 @@ import pytest
 from fake_results import config_of, fake_run, results_of
 
 from posenc.errors import PosencError
-from posenc.store import (
+from posenc.analysis.store import (
     COLUMNS, KEY, POSITION_COLUMNS, SEQUENCE_COLUMNS, Results, describe_config, differing_keys, merge, read_results,
     run_identity, write_results,
 )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Choosing among runs that differ in one key on in-distribution data (posenc/selection.py)."""
+"""Choosing among runs that differ in one key on in-distribution data (posenc/analysis/selection.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from fake_results import config_of
 
 from posenc.errors import PosencError
-from posenc.report import render
-from posenc.selection import choices_markdown, choose_runs
+from posenc.analysis.report import render
+from posenc.analysis.selection import choices_markdown, choose_runs
 
 
 def _runs(tmp_path, specs):
@@ -74,7 +74,7 @@ def test_unknown_key_and_unfinished_runs_are_refused(tmp_path):
 def test_report_shows_the_choice(tmp_path):
     from fake_results import fake_run, results_of
 
-    from posenc.compare import aggregate, variants
+    from posenc.analysis.compare import aggregate, variants
 
     runs, configs = _runs(tmp_path, [("rope", 0.003, 0, 500), ("rope", 0.001, 0, 300)])
     _, table = choose_runs(runs, configs, "train.lr")
@@ -90,7 +90,7 @@ def test_report_shows_the_choice(tmp_path):
 
 
 def test_missed_configurations_are_those_with_a_seed_that_did_not_learn_at_that_value(tmp_path):
-    from posenc.selection import missed_configurations
+    from posenc.analysis.selection import missed_configurations
 
     runs, configs = _runs(tmp_path, [
         ("nope", 0.003, 0, 200), ("nope", 0.003, 1, None), ("rope", 0.003, 0, 100), ("alibi", 0.003, 0, None),
@@ -163,8 +163,8 @@ def test_an_earlier_choice_is_weighed_with_seeds_trained_later(tmp_path):
     seeds (1/3 learned), 1e-3 (3/3) wins, and OUT's 3e-3 runs are named to leave the comparison."""
     import pandas as pd
 
-    from posenc.selection import losing_runs
-    from posenc.store import run_identity
+    from posenc.analysis.selection import losing_runs
+    from posenc.analysis.store import run_identity
 
     (tmp_path / "first").mkdir()
     first_runs, first_configs = _runs(tmp_path / "first", [("pope", 0.003, 0, None), ("pope", 0.003, 1, None)])

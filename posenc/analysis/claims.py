@@ -3,7 +3,7 @@
 A :class:`Claim` names its source, the task and metric it is checked on, the evaluation lengths it is checked
 over (:class:`Window`\\ s, multiples of the training length) and what it expects: :class:`Comparison`
 (one side beats another) or :class:`Threshold` (one side reaches a value). :func:`check` asks an
-:class:`Evidence` (implemented by the caller, e.g. :class:`posenc.evidence.TableEvidence`; nothing here reads
+:class:`Evidence` (implemented by the caller, e.g. :class:`posenc.analysis.evidence.TableEvidence`; nothing here reads
 files) for per-seed per-sequence values and returns a :class:`Verdict`, one of :data:`OUTCOMES`. Every rule
 below is applied by :func:`check` alone:
 
@@ -17,7 +17,7 @@ below is applied by :func:`check` alone:
   length has as many). Length-to-length differences widen the interval (they count as sequence spread):
   pooling is conservative.
 * **Chance.** A comparison where *neither* side is above chance — the lower bound of each side's own interval
-  (:func:`posenc.stats.group_estimate` over the same pooled values, at the same level) not above
+  (:func:`posenc.analysis.stats.group_estimate` over the same pooled values, at the same level) not above
   :meth:`Evidence.chance` — is *not testable* (at chance): two encoders that both fail say nothing about
   which extrapolates better. Exact match's chance is 0 (a uniform guess of a whole answer), so "above
   chance" means a lower bound above 0; token accuracy's is 1/(answer alphabet); loss has none (NaN: the rule
@@ -38,7 +38,7 @@ below is applied by :func:`check` alone:
 Perplexity is ``exp(mean loss)``, monotone in the loss, so "lower perplexity" is checked as "lower loss" on
 per-sequence losses (the evidence is asked for ``"loss"``). ``"loss_change"`` is a sequence's loss at a length
 minus the loss of the same text read at the training length (lm, where evaluation windows nest:
-:meth:`posenc.evidence.TableEvidence.loss_change`): how much a longer context costs, so that a claim about
+:meth:`posenc.analysis.evidence.TableEvidence.loss_change`): how much a longer context costs, so that a claim about
 extrapolation is not decided by how well each model learned at ``L`` (issue 28). Lower is better; it has no
 chance level.
 """
@@ -52,7 +52,7 @@ from typing import Protocol
 
 import numpy as np
 
-from posenc.stats import Estimate, group_estimate, paired_difference
+from posenc.analysis.stats import Estimate, group_estimate, paired_difference
 
 OUTCOMES = ("agrees", "differs", "inconclusive", "not testable")
 HIGHER_BETTER = ("exact_match", "token_accuracy")
@@ -307,8 +307,8 @@ def _reported_text(claim: Claim) -> str:
 
 def _block(task: str | None, groups: list[np.ndarray]) -> int | None:
     """Batch-means block for ``task``'s per-sequence values (lm's consecutive windows; see
-    :func:`posenc.compare.sequence_block`)."""
-    from posenc.compare import sequence_block
+    :func:`posenc.analysis.compare.sequence_block`)."""
+    from posenc.analysis.compare import sequence_block
 
     return None if task is None or not groups else sequence_block(task, min(len(g) for g in groups))
 
@@ -346,7 +346,7 @@ def _window_lengths(evidence: Evidence, claim: Claim, side: Side, window: Window
 
 def _pool(per_length: list[Mapping[Hashable, np.ndarray]], sizes: list[int]) -> list[np.ndarray]:
     """Per seed, the values of every length in order, each length's cut (or NaN-padded) to ``sizes[i]``: a
-    seed missing at a length contributes NaNs there (left out, with its pair, by :mod:`posenc.stats`)."""
+    seed missing at a length contributes NaNs there (left out, with its pair, by :mod:`posenc.analysis.stats`)."""
     seeds = list(dict.fromkeys(key for part in per_length for key in sorted(part, key=str)))
     pooled = []
     for seed in seeds:
@@ -430,7 +430,7 @@ def _judge_threshold(t: Threshold, claim: Claim, window: Window, evidence: Evide
 def check(claim: Claim, evidence: Evidence) -> Verdict:
     """Check one claim against the evidence; see the module docstring for the rules and the four outcomes.
 
-    Comparisons use :func:`posenc.stats.paired_difference` and thresholds :func:`posenc.stats.group_estimate`,
+    Comparisons use :func:`posenc.analysis.stats.paired_difference` and thresholds :func:`posenc.analysis.stats.group_estimate`,
     bounded for exact match and token accuracy, unbounded for loss, at the claim's Bonferroni level.
     """
     if claim.untestable_reason:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from posenc import plots
+from posenc.analysis import plots
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_steps_to_learn_title_fits_with_one_task(captured, tmp_path):
 
 def test_kernel_bias_title_fits_with_one_panel(captured, tmp_path):
     """`posenc kernels encoder=alibi`: one panel, and the bias figure's long title ran past both edges."""
-    from posenc import kernel_views
+    from posenc.analysis import kernel_views
 
     distance = np.arange(0, 257)
     table = pd.concat([pd.DataFrame({
@@ -136,7 +136,7 @@ def _positions(chance_config: bool = True) -> pd.DataFrame:
 def test_accuracy_by_position_has_an_interval_band_and_the_chance_line(captured, tmp_path):
     from matplotlib.collections import PolyCollection
 
-    from posenc.stats import wilson_interval
+    from posenc.analysis.stats import wilson_interval
 
     plots.plot_positions(_positions(), "copy", 128, tmp_path)
     fig = captured[0]

@@ -1,11 +1,11 @@
-"""posenc.stats: Wilson's interval against hand and published numbers, group and paired estimates."""
+"""posenc.analysis.stats: Wilson's interval against hand and published numbers, group and paired estimates."""
 
 import math
 
 import numpy as np
 import pytest
 
-from posenc.stats import (
+from posenc.analysis.stats import (
     Z95,
     Estimate,
     batch_means_variance,

@@ -68,7 +68,7 @@ def print_table(table) -> None:
 
 
 def print_comparison(comparison) -> None:
-    from posenc.compare import pivot
+    from posenc.analysis.compare import pivot
 
     for metric, view in by_headline_metric(comparison):
         console.print(f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (mean [95% interval])")

@@ -11,7 +11,7 @@ An output folder (``--out``) holds three tidy tables, each as Parquet (the store
 Rows are keyed by :data:`KEY`. A run is identified by a hash of its configuration including the seed
 (``run_id``), not by its path, so the same run evaluated from another working directory is recognised;
 ``config_id`` hashes the configuration without the seed: runs that share it are seeds of one
-configuration, and only those are ever pooled (see :mod:`posenc.compare`).
+configuration, and only those are ever pooled (see :mod:`posenc.analysis.compare`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from posenc.errors import PosencError
-from posenc.tables import read_table, write_tables
+from posenc.analysis.tables import read_table, write_tables
 
 EVALUATIONS, SEQUENCES, POSITIONS = "extrapolation", "sequences", "positions"
 KEY = ["run_id", "eval_length", "scaling", "depth"]
@@ -40,7 +40,7 @@ NO_DEPTH = -1.0  # the depth key of rows without one (NaN never equals itself in
 
 # The one declaration of the config keys that do not change what a run computes (dotted for nested keys). From
 # it: a run's identity leaves them out (run_identity), a run resumes under other values of them
-# (posenc.checkpoint.comparable), --choose refuses them (posenc.selection), and Hydra leaves them out of a run's
+# (posenc.checkpoint.comparable), --choose refuses them (posenc.analysis.selection), and Hydra leaves them out of a run's
 # folder name (conf/config.yaml's override_dirname.exclude_keys, held equal to this by tests/test_store.py).
 RUN_NEUTRAL_KEYS = (
     "device", "progress", "resume", "paths", "logger",  # where and how it runs, and what it reports to

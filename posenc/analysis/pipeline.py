@@ -1,6 +1,6 @@
 """The evaluation pipeline's last steps, shared by the commands: merge new evaluations into an output
 folder's store, select what is compared, aggregate, render - all into a staging folder whose files then
-replace their namesakes together (posenc.folders.updating: the old set or the new, never a mix; nothing else
+replace their namesakes together (posenc.analysis.folders.updating: the old set or the new, never a mix; nothing else
 in the folder is touched).
 
     posenc extrapolate:  extrapolate (new rows) -> store_into(out)   -> store.merge -> write
@@ -15,14 +15,14 @@ from pathlib import Path
 import pandas as pd
 
 from posenc import files as run_files
-from posenc.folders import discard, moved, updating
-from posenc.compare import TABLE_STEM, aggregate, variants
+from posenc.analysis.folders import discard, moved, updating
+from posenc.analysis.compare import TABLE_STEM, aggregate, variants
 from posenc.errors import PosencError
-from posenc.report import render
-from posenc.selection import CHOICES_STEM
-from posenc.store import Results, merge, read_results, write_results
-from posenc.tables import read_table, write_tables
-from posenc.views import summary_markdown
+from posenc.analysis.report import render
+from posenc.analysis.selection import CHOICES_STEM
+from posenc.analysis.store import Results, merge, read_results, write_results
+from posenc.analysis.tables import read_table, write_tables
+from posenc.analysis.views import summary_markdown
 
 REPORT = "report.md"
 

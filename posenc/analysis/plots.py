@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from posenc import files as run_files
-from posenc.compare import NOT_CONVERGED, held_back
+from posenc.analysis.compare import NOT_CONVERGED, held_back
 
 LABELS = {
     "exact_match": "exact match", "token_accuracy": "token accuracy", "loss": "loss (nats per answer token)",
@@ -172,7 +172,7 @@ def plot_metric(
     dotted vertical lines at the training lengths. Perplexity uses a log y axis. ``stem`` defaults to
     ``<task>_<metric>``.
     """
-    from posenc.compare import labels
+    from posenc.analysis.compare import labels
 
     plt = pyplot()
     view = comparison[comparison["task"] == task]
@@ -241,9 +241,9 @@ def plot_all(comparison: pd.DataFrame, out_dir: Path, metrics: dict[str, tuple[s
         panel per rotary encoder, a line per evaluated RoPE scaling method, when some were evaluated;
         ``(task, metric, "depth")``: tasks evaluated per depth, a panel per encoder (and scaling), a line
         per depth. The first two show a depth task's score over all depths (the rows whose depth is NaN,
-        see :func:`posenc.compare.aggregate`).
+        see :func:`posenc.analysis.compare.aggregate`).
     """
-    from posenc.compare import NO_SCALING, labels
+    from posenc.analysis.compare import NO_SCALING, labels
 
 
     figures: dict[tuple, Path] = {}
@@ -321,9 +321,9 @@ def plot_steps(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 def _chance(view: pd.DataFrame) -> list[float]:
     """The chance token accuracies of ``view``'s runs: its ``chance_token_accuracy`` column, else each run's
-    answer alphabet read from its ``config`` (:func:`posenc.compare.chance_token_accuracy`); none when neither
+    answer alphabet read from its ``config`` (:func:`posenc.analysis.compare.chance_token_accuracy`); none when neither
     is there (no line is guessed)."""
-    from posenc.compare import chance_token_accuracy
+    from posenc.analysis.compare import chance_token_accuracy
 
     if "chance_token_accuracy" in view:
         values = view["chance_token_accuracy"]
@@ -341,7 +341,7 @@ def plot_positions(positions: pd.DataFrame, task: str, length: int, out_dir: Pat
     chance (a uniform guess over the answer alphabet, where ``chance_token_accuracy`` or ``config`` is given)
     marked. ``positions``: the positions table joined with ``task``, ``label``, ``train_length``. Writes
     ``<task>_accuracy_by_position.png/.svg``."""
-    from posenc.stats import wilson_interval
+    from posenc.analysis.stats import wilson_interval
 
     plt = pyplot()
     view = positions[(positions["task"] == task) & (positions["eval_length"] == length)]

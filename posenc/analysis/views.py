@@ -1,11 +1,11 @@
 """Quick views of the per-run evaluation table for the terminal and ``extrapolation_summary.md``: the seed
-mean of one metric by evaluation length. Intervals and pooling rules live in :mod:`posenc.compare`."""
+mean of one metric by evaluation length. Intervals and pooling rules live in :mod:`posenc.analysis.compare`."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from posenc.compare import labels, variants
+from posenc.analysis.compare import labels, variants
 
 SUMMARY_METRICS = ("exact_match", "token_accuracy", "perplexity")
 

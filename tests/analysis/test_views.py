@@ -4,7 +4,7 @@ import math
 
 from fake_results import fake_run, results_of
 
-from posenc.views import summary, summary_markdown
+from posenc.analysis.views import summary, summary_markdown
 
 
 def test_summary_has_only_the_evaluated_task_and_encoder_combinations():

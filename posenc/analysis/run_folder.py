@@ -1,7 +1,7 @@
 """One run folder, read once: its configuration, its metrics, its identity and whether it learned (torch-free).
 
 Every reader of a run's own files goes through :class:`RunFolder` (:mod:`posenc.extrapolate` to evaluate it,
-:mod:`posenc.tables` to tabulate it, ``posenc compare`` to name it), so a run's identity is computed once and
+:mod:`posenc.analysis.tables` to tabulate it, ``posenc compare`` to name it), so a run's identity is computed once and
 "learned" is decided in one place, :meth:`RunFolder.learned`, from the rule its task has
 (:mod:`posenc.task_facts`). The checkpoint (weights) is read by :func:`posenc.runs.load_run`, on the torch side.
 """
@@ -19,8 +19,8 @@ import yaml
 
 from posenc import files as run_files
 from posenc.errors import PosencError
-from posenc.store import RunIdentity, run_identity
-from posenc.tables import describe_run, read_table
+from posenc.analysis.store import RunIdentity, run_identity
+from posenc.analysis.tables import describe_run, read_table
 from posenc.task_facts import has_mastery_criterion
 
 DEFAULT_TRAIN_LENGTH = 64  # conf/task/*.yaml's length: what a config without one was trained at
@@ -55,7 +55,7 @@ class RunFolder:
 
     @functools.cached_property
     def identity(self) -> RunIdentity | None:
-        """The run's identity (:func:`posenc.store.run_identity`), computed once; None without a config."""
+        """The run's identity (:func:`posenc.analysis.store.run_identity`), computed once; None without a config."""
         return run_identity(self.config) if self.config else None
 
     @property

@@ -15,10 +15,10 @@ from fake_results import fake_run, results_of
 
 from posenc.tasks import TASKS
 
-from posenc.compare import aggregate, cell, held_back, labels, pivot, steps_table, variants, with_depth_means
+from posenc.analysis.compare import aggregate, cell, held_back, labels, pivot, steps_table, variants, with_depth_means
 from posenc.extrapolate import default_lengths, doubling_lengths
-from posenc.report import same_report
-from posenc.stats import Z95, group_estimate
+from posenc.analysis.report import same_report
+from posenc.analysis.stats import Z95, group_estimate
 
 
 def _row(comparison, **where):
@@ -196,7 +196,7 @@ def test_default_lengths_step_finely_to_twice_the_training_length_then_double():
 
 
 def test_lm_intervals_count_the_correlation_of_consecutive_windows():
-    from posenc.compare import sequence_block
+    from posenc.analysis.compare import sequence_block
 
     assert sequence_block("lm", 1024) == 32 and sequence_block("copy", 1024) is None
     assert sequence_block("lm", 3) is None  # too few windows for two blocks
@@ -397,7 +397,7 @@ def test_chance_token_accuracy_is_a_uniform_guess_over_the_answer_alphabet():
     import json
     import math
 
-    from posenc.compare import chance_token_accuracy
+    from posenc.analysis.compare import chance_token_accuracy
 
     def config(**task):
         return json.dumps({"task": task})
@@ -415,7 +415,7 @@ def test_torch_free_task_facts_are_the_tasks_own(name):
     """The results side reads two task facts without torch (posenc.task_facts): each must be the task's own."""
     import json
 
-    from posenc.compare import chance_token_accuracy
+    from posenc.analysis.compare import chance_token_accuracy
     from posenc.task_facts import report_metrics
     from posenc.tasks import build_task
 

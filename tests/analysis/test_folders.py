@@ -1,6 +1,6 @@
 """Result files are written all-or-nothing: after an error, a full disk, Ctrl-C or kill -9 at any moment
 a folder holds its old set of posenc's files or its new set, never a mix, and every other file in it is
-left as it was (posenc/folders.py; tests/test_result_writes.py checks the commands)."""
+left as it was (posenc/analysis/folders.py; tests/test_result_writes.py checks the commands)."""
 
 import errno
 import os
@@ -15,8 +15,8 @@ from fake_results import fake_run, results_of
 
 from posenc import files
 from posenc.errors import PosencError
-from posenc.folders import discard, lock_path, recover, updating
-from posenc.pipeline import compare_into, regenerate
+from posenc.analysis.folders import discard, lock_path, recover, updating
+from posenc.analysis.pipeline import compare_into, regenerate
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -220,7 +220,7 @@ def test_recover_finishes_a_commit_stopped_half_way_and_drops_an_uncommitted_one
 _WRITER = """
 import os, sys, time
 from pathlib import Path
-import posenc.folders as folders
+import posenc.analysis.folders as folders
 if sys.argv[2] == "no renameat2":
     folders._rename_noreplace = lambda a, b: False
 real = os.replace

@@ -1,16 +1,16 @@
-"""posenc.claims: every registered claim driven to each outcome by fake evidence, and the check's rules
-(windows, chance, Bonferroni, thresholds that can fail), and posenc.evidence over results tables."""
+"""posenc.analysis.claims: every registered claim driven to each outcome by fake evidence, and the check's rules
+(windows, chance, Bonferroni, thresholds that can fail), and posenc.analysis.evidence over results tables."""
 
 import math
 from statistics import NormalDist
 
 import numpy as np
 
-from posenc.compare import sequence_block
+from posenc.analysis.compare import sequence_block
 import pytest
 from fake_results import fake_run, results_of
 
-from posenc.claims import (
+from posenc.analysis.claims import (
     CLAIMS,
     FAMILY_ERROR,
     HIGHER_BETTER,
@@ -26,7 +26,7 @@ from posenc.claims import (
     claims_for,
     paper_vs_posenc,
 )
-from posenc.stats import group_estimate, paired_difference
+from posenc.analysis.stats import group_estimate, paired_difference
 
 L = 32  # every fake side's training length
 # Issue 23's evaluation grid for L = 32: inside the training range, every L/8 from 1x to 2x, then doublings.
@@ -297,7 +297,7 @@ def test_missing_or_unlearned_side_is_not_testable(claim):
 
 @pytest.mark.parametrize("outcome", ["agrees", "differs"])
 def test_ungated_says_what_an_lm_claim_gated_only_by_convergence_would_say(outcome):
-    from posenc.claims import ungated
+    from posenc.analysis.claims import ungated
 
     press = next(c for c in CLAIMS if c.key == "press2022_lm")
     evidence = evidence_for(press, outcome)
@@ -616,11 +616,11 @@ def test_side_label():
     assert Side("nope") == Side("nope", "none", "attention") != Side("nope", mixer="base_conv")
 
 
-# --- posenc.evidence over the tables ------------------------------------------------------------------------
+# --- posenc.analysis.evidence over the tables ------------------------------------------------------------------------
 
 def test_table_evidence_reads_every_length_per_seed_and_knows_chance():
-    from posenc.compare import with_depth_means
-    from posenc.evidence import TableEvidence
+    from posenc.analysis.compare import with_depth_means
+    from posenc.analysis.evidence import TableEvidence
 
     lengths = {32: [1, 1, 1, 1], 36: [1, 1, 0, 1], 40: [1, 0, 0, 1], 64: [0, 1, 0, 0], 128: [0, 0, 0, 0]}
     runs = [fake_run(e, lengths, seed=s, train_length=32) for e in ("alibi", "rope") for s in (0, 1)]
@@ -646,8 +646,8 @@ def test_table_evidence_reads_every_length_per_seed_and_knows_chance():
 
 
 def test_loss_change_pairs_each_long_window_with_the_same_text_read_at_the_training_length():
-    from posenc.compare import with_depth_means
-    from posenc.evidence import TableEvidence
+    from posenc.analysis.compare import with_depth_means
+    from posenc.analysis.evidence import TableEvidence
 
     # fake_run scores loss = 1 - value; lm windows nest: window i at 8 is windows 2i, 2i+1 at 4
     at_4 = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]  # losses 0.1 ... 0.8
@@ -670,8 +670,8 @@ def test_loss_change_pairs_each_long_window_with_the_same_text_read_at_the_train
     (0.0, 0.3, "agrees"), (0.3, 0.0, "differs"), (0.1, 0.1, "inconclusive")])
 def test_a_claim_on_loss_change_is_decided_by_the_growth_not_by_the_loss_at_l(a_grows, b_grows, outcome):
     """Side a learned worse at L (loss 0.5 higher there) but the claim is on how loss moves past L."""
-    from posenc.compare import with_depth_means
-    from posenc.evidence import TableEvidence
+    from posenc.analysis.compare import with_depth_means
+    from posenc.analysis.evidence import TableEvidence
 
     rng, runs = np.random.default_rng(0), []
     for side, worse_at_l, grows in (("a", 0.5, a_grows), ("b", 0.0, b_grows)):
@@ -698,7 +698,7 @@ def mixer_run(mixer: str, encoder: str, values: dict, **kwargs):
     training would record them."""
     import json
 
-    from posenc.store import Results, run_identity
+    from posenc.analysis.store import Results, run_identity
 
     run = fake_run(encoder, values, **kwargs)
     config = {**json.loads(run.evaluations["config"].iloc[0]), "seed": kwargs.get("seed", 0)}
@@ -711,7 +711,7 @@ def mixer_run(mixer: str, encoder: str, values: dict, **kwargs):
 def retrieval_table(rope, alibi, base_conv=None, nope=None, base_conv_learned=False):
     """Per-sequence exact match at 32 for each side, 3 seeds each (None: no runs); ``nope``: NoPE attention
     runs, which BaseConv's side must not take for its own (it is NoPE too)."""
-    from posenc.compare import with_depth_means
+    from posenc.analysis.compare import with_depth_means
 
     def runs(encoder, values, mixer="attention", learned=True):
         if values is None:
@@ -737,7 +737,7 @@ HALF, NOTHING = (difficulty(L) < 0.5).astype(float), np.zeros(N)
 ])
 def test_zoology_mixers_reaches_every_outcome_from_tables(outcome, tables):
     """Beside NoPE attention runs, as in the headline comparison."""
-    from posenc.evidence import TableEvidence
+    from posenc.analysis.evidence import TableEvidence
 
     verdict = check(ZOOLOGY_MIXERS, TableEvidence(retrieval_table(**tables, nope=HALF)))
     assert verdict.outcome == outcome, verdict.details
@@ -764,7 +764,7 @@ def test_zoology_mixers_is_attention_against_base_conv_at_the_training_length():
 def test_table_evidence_tells_mixers_apart_and_default_sides_match_what_they_matched_before():
     """Side("nope") matches NoPE attention runs alone, whatever BaseConv runs share the table (which would
     otherwise make nope ambiguous: two configurations); BaseConv's side matches BaseConv runs alone."""
-    from posenc.evidence import TableEvidence
+    from posenc.analysis.evidence import TableEvidence
 
     before = TableEvidence(retrieval_table(SOLVED, SOLVED, nope=HALF))
     after = TableEvidence(retrieval_table(SOLVED, SOLVED, nope=HALF, base_conv=THIRD))
@@ -780,7 +780,7 @@ def test_table_evidence_tells_mixers_apart_and_default_sides_match_what_they_mat
     assert after.learned("retrieval", BASE_CONV) is False
     # two configurations of one side stay ambiguous, mixer or not
     other = mixer_run("base_conv", "nope", {L: list(SOLVED)}, task="retrieval", train_length=L, lr=0.001)
-    from posenc.compare import with_depth_means
+    from posenc.analysis.compare import with_depth_means
 
     both = with_depth_means(results_of(retrieval_table(SOLVED, SOLVED, base_conv=THIRD), other))
     assert TableEvidence(both).learned("retrieval", BASE_CONV) is None
@@ -788,7 +788,7 @@ def test_table_evidence_tells_mixers_apart_and_default_sides_match_what_they_mat
 
 
 def test_mixer_of_reads_the_identity_json():
-    from posenc.evidence import mixer_of
+    from posenc.analysis.evidence import mixer_of
 
     assert mixer_of('{"model": {"mixer": "base_conv"}}') == "base_conv"
     assert mixer_of('{"model": {"d_model": 16}}') == mixer_of("") == mixer_of(None) == mixer_of("{") == "attention"
@@ -799,7 +799,7 @@ def test_every_encoder_and_task_a_claim_names_is_in_the_registry():
     from posenc.encoders import ENCODERS
     from posenc.functional.rope_scaling import ROPE_SCALING
     from posenc.mixers import MIXERS
-    from posenc.report import REFERENCE
+    from posenc.analysis.report import REFERENCE
     from posenc.tasks import TASKS
 
     for claim in CLAIMS:
