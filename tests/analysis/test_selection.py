@@ -117,7 +117,7 @@ def test_retry_script_prints_one_override_line_per_task(tmp_path):
     for run, config in zip(runs, configs):
         (run / "config.yaml").write_text(yaml.safe_dump(config))
         (run / "checkpoint.pt").write_bytes(b"")  # what find_runs looks for
-    script = Path(__file__).parents[1] / "scripts" / "retry_not_learned.py"
+    script = Path(__file__).parents[2] / "scripts" / "retry_not_learned.py"
     result = subprocess.run([sys.executable, str(script), str(tmp_path), "--lr", "0.003"], capture_output=True,
                             text=True)
     assert result.returncode == 0, result.stderr
