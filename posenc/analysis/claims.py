@@ -53,11 +53,11 @@ from typing import Protocol
 import numpy as np
 
 from posenc.analysis.stats import Estimate, group_estimate, paired_difference
+from posenc.task_facts import has_mastery_criterion
 
 OUTCOMES = ("agrees", "differs", "inconclusive", "not testable")
 HIGHER_BETTER = ("exact_match", "token_accuracy")
 LOWER_BETTER = ("loss", "perplexity", "loss_change")
-LM_CLAIM_METRICS = ("perplexity", "loss_change")  # lm's: "learned" there means converged (task_facts.converged)
 FAMILY_ERROR = 0.05  # the family-wise error rate a claim's Bonferroni-adjusted intervals keep to
 
 
@@ -440,9 +440,7 @@ def check(claim: Claim, evidence: Evidence) -> Verdict:
         learned = evidence.learned(claim.task, side)
         if learned is None or (not learned and not claim.in_distribution):
             problems.append(f"{side.label()} has no runs on {claim.task}" if learned is None
-                            else f"{side.label()} did not learn {claim.task} in distribution" if claim.metric
-                            not in LM_CLAIM_METRICS else f"{side.label()} did not converge on {claim.task} (a seed's "
-                            "held-out loss still fell by 2% or more over the last quarter of its budget)")
+                            else _not_learned(side, claim.task))
             continue
         missing = [w for w in claim.windows if not _window_lengths(evidence, claim, side, w)]
         if missing:
@@ -472,12 +470,20 @@ class _Converged:
         return None if self._evidence.learned(task, side) is None else True
 
 
+def _not_learned(side: Side, task: str) -> str:
+    """Why a side that did not learn ``task`` makes a claim not testable (lm: learned means converged)."""
+    if has_mastery_criterion(task):
+        return f"{side.label()} did not learn {task} in distribution"
+    return (f"{side.label()} did not converge on {task} (a seed's held-out loss still fell by 2% or more over the "
+            "last quarter of its budget)")
+
+
 def ungated(verdict: Verdict, evidence: Evidence) -> Verdict | None:
     """For an lm claim that is not testable only because sides did not converge (task_facts.converged): the
     same check with those sides counted as converged - how much the convergence gate decides, shown beside the
     verdict and never in its place. None for every other verdict."""
     gated = f"did not converge on {verdict.claim.task}"
-    if (verdict.outcome != "not testable" or verdict.checks or verdict.claim.metric not in LM_CLAIM_METRICS
+    if (verdict.outcome != "not testable" or verdict.checks or has_mastery_criterion(verdict.claim.task)
             or not verdict.details or not all(gated in line for line in verdict.details)):
         return None
     return check(verdict.claim, _Converged(evidence))
