@@ -23,7 +23,7 @@ from posenc.analysis.compare import held_back
 from posenc.errors import PosencError, PositionRangeError
 from posenc.evaluate import default_sequences, evaluate_detailed, resolve_device
 from posenc.progress import console, make_progress
-from posenc.analysis.run_folder import RunFolder, read_config
+from posenc.analysis.run_folder import RunFolder
 from posenc.analysis.store import COLUMNS, Results
 from posenc.analysis.tables import describe_run
 
@@ -71,18 +71,20 @@ def default_lengths(train_length: int, up_to: int, variable: bool = False) -> li
     return sorted(set(lengths))
 
 
-def run_problem(run: Path) -> str | None:
-    """Why ``run`` cannot be evaluated as it is, from its files alone (no checkpoint is loaded): unfinished,
-    or a damaged, special or mistyped ``metrics.json``, ``config.yaml`` or ``checkpoint.pt``; None if none."""
+def run_problem(folder: RunFolder) -> str | None:
+    """Why the run in ``folder`` cannot be evaluated as it is, from its files alone (no checkpoint is loaded):
+    unfinished, or a damaged, special or mistyped ``metrics.json``, ``config.yaml`` or ``checkpoint.pt``; None if
+    none. ``folder`` was read once (:meth:`RunFolder.read`); only the checkpoint is looked at here."""
+    run = folder.path
     try:
-        run_files.read_metrics(run)
+        if folder.metrics_problem:
+            return folder.metrics_problem
         run_files.check_regular(run / run_files.CHECKPOINT_FILE, "a run's checkpoint")
         if not os.path.lexists(run / run_files.CONFIG_FILE):  # a damaged checkpoint says more than the missing file
             run_dirs.read_checkpoint(run / run_files.CHECKPOINT_FILE)
-        read_config(run)
     except PosencError as err:
         return str(err)
-    return None
+    return folder.config_problem
 
 
 def distinct_runs(runs: list[Path]) -> tuple[list[Path], str | None]:
@@ -91,14 +93,15 @@ def distinct_runs(runs: list[Path]) -> tuple[list[Path], str | None]:
     what was left out (None if nothing). Kept: a copy whose files are whole, then a path without symlinks, then
     the first in sorted order. Runs whose config cannot be read are kept: evaluating them says why they are
     skipped."""
+    folders = {run: RunFolder.read(run) for run in runs}
     by_id: dict[str, list[Path]] = {}
     for run in runs:
-        key = RunFolder.read(run).run_id or f"unreadable:{run}"
+        key = folders[run].run_id or f"unreadable:{run}"
         by_id.setdefault(key, []).append(run)
     kept, dropped = [], []
     for key, paths in by_id.items():
         if len(paths) > 1:  # a whole copy first, then one reached without a symlink
-            paths = sorted(paths, key=lambda p: (run_problem(p) is not None, os.path.realpath(p) != os.path.abspath(p),
+            paths = sorted(paths, key=lambda p: (run_problem(folders[p]) is not None, os.path.realpath(p) != os.path.abspath(p),
                                                  str(p)))
         kept.append(paths[0])
         if len(paths) > 1:
@@ -175,10 +178,11 @@ def extrapolate(
 
     dev = resolve_device(device)
     scalings = scalings or [RopeScaling(NO_SCALING)]
-    problems = {run: run_problem(run) for run in runs}  # unfinished or damaged: skipped, said why
+    folders = {run: RunFolder.read(run) for run in runs}  # each run's files read once; no checkpoint loaded yet
+    problems = {run: run_problem(folders[run]) for run in runs}  # unfinished or damaged: skipped, said why
     skipped = [problems[run] for run in runs if problems[run]]
     runs = [run for run in runs if not problems[run]]
-    folders = {run: RunFolder.read(run) for run in runs}  # cheap: no checkpoint is read yet
+    folders = {run: folders[run] for run in runs}
     configs = {run: folders[run].config for run in runs}
     plan = {run: scalings_for(configs[run], scalings) for run in runs}
     missed = set() if include_not_learned else _held_back_configs(folders.values())

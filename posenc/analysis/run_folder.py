@@ -32,26 +32,26 @@ class RunFolder:
 
     Attributes:
         path: the folder.
-        config: its ``config.yaml`` as a mapping; empty where missing or damaged (:func:`read_config` says why).
-        metrics: its ``metrics.json``; empty while unfinished, or where damaged (:func:`run_problem` says why).
+        config: its ``config.yaml`` as a mapping; empty where missing or damaged (``config_problem`` says why).
+        metrics: its ``metrics.json``; empty while unfinished, or where damaged (``metrics_problem`` says why).
+        config_problem: why ``config.yaml`` could not be trusted (:func:`read_config`'s line); None if it was read.
+        metrics_problem: why ``metrics.json`` could not be trusted (unfinished, damaged:
+            :func:`posenc.files.read_metrics`'s line); None if it was read.
     """
 
     path: Path
     config: dict[str, Any] = field(repr=False)
     metrics: dict[str, Any] = field(repr=False)
+    config_problem: str | None = None
+    metrics_problem: str | None = None
 
     @classmethod
     def read(cls, path: Path) -> RunFolder:
-        """Read ``path``'s config and metrics once; never raises (a damaged file reads as empty)."""
-        try:
-            config = read_config(path)
-        except PosencError:
-            config = {}
-        try:
-            metrics = run_files.read_metrics(path)
-        except PosencError:
-            metrics = {}
-        return cls(Path(path), config, metrics)
+        """Read ``path``'s config and metrics once; never raises (a damaged file reads as empty and its
+        problem is kept, so a caller that must refuse it says why without reading it again)."""
+        config, config_problem = _read_or_why(read_config, path)
+        metrics, metrics_problem = _read_or_why(run_files.read_metrics, path)
+        return cls(Path(path), config, metrics, config_problem, metrics_problem)
 
     @functools.cached_property
     def identity(self) -> RunIdentity | None:
@@ -85,6 +85,14 @@ class RunFolder:
     def learned(self) -> bool:
         """Whether the run learned its task in distribution (:func:`learned_from_metrics` under its task's rule)."""
         return learned_from_metrics(self.metrics, has_mastery_criterion(self.task))
+
+
+def _read_or_why(reader, path: Path) -> tuple[dict[str, Any], str | None]:
+    """``reader(path)`` and None, or an empty mapping and the one line it raised."""
+    try:
+        return reader(path), None
+    except PosencError as err:
+        return {}, str(err)
 
 
 def learned_from_metrics(metrics: dict[str, Any], exact_match_task: bool = True) -> bool:

@@ -38,3 +38,14 @@ def test_an_unfinished_or_damaged_folder_reads_as_empty_without_raising(tmp_path
     assert folder.config == {} and folder.metrics == {} and not folder.finished
     assert folder.identity is None and folder.run_id is None and folder.task is None
     assert folder.train_length == DEFAULT_TRAIN_LENGTH
+    assert "damaged" in folder.config_problem and "config.yaml" in folder.config_problem
+    assert "unfinished" in folder.metrics_problem
+
+
+def test_a_readable_folder_has_no_problems_and_a_damaged_metrics_file_names_itself(tmp_path, always_learns):
+    learned_run(tmp_path / "run")
+    folder = RunFolder.read(tmp_path / "run")
+    assert folder.config_problem is None and folder.metrics_problem is None
+    (tmp_path / "run" / "metrics.json").write_text('{"loss": ')  # truncated
+    folder = RunFolder.read(tmp_path / "run")
+    assert folder.metrics == {} and "metrics.json" in folder.metrics_problem and folder.config_problem is None
