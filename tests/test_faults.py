@@ -69,12 +69,27 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line_and_keeps_the_previous_
     assert not [p for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp")]
 
 
-@pytest.fixture
-def compared(tmp_path, always_learns, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    learned_run(tmp_path / "run")
-    result = runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16", "--sequences", "4", "--out", "tables"])
+@pytest.fixture(scope="module")
+def compared_once(tmp_path_factory) -> Path:
+    """A learned run and its comparison in ``tables/``, made once for this module (paths in it are relative)."""
+    import posenc.train
+
+    root = tmp_path_factory.mktemp("compared")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(posenc.train, "mastery_check", lambda *args: 1.0)  # as the always_learns fixture
+        patch.chdir(root)
+        learned_run(root / "run")
+        result = runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16", "--sequences", "4",
+                                     "--out", "tables"])
     assert result.exit_code == 0, result.output
+    return root
+
+
+@pytest.fixture
+def compared(compared_once, tmp_path, always_learns, monkeypatch) -> Path:
+    """A fresh copy of :func:`compared_once` for each test to damage, as the working directory."""
+    shutil.copytree(compared_once, tmp_path, symlinks=True, dirs_exist_ok=True)
+    monkeypatch.chdir(tmp_path)
     return tmp_path
 
 

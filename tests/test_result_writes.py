@@ -41,6 +41,7 @@ def tree(root: Path) -> dict[str, tuple]:
     return entries
 
 
+@pytest.mark.integration  # end to end: a whole comparison written, every figure drawn (seconds)
 def test_a_training_run_under_out_loses_nothing_while_results_are_written(tmp_path):
     """A fake training keeps appending to its train.log (one open handle, as logging does) and rewriting its
     checkpoint, metrics and history under <out>/runs/ while extrapolate- and compare-style writes go into
@@ -95,6 +96,7 @@ def test_a_training_run_under_out_loses_nothing_while_results_are_written(tmp_pa
     assert (out / "comparison.parquet").is_file() and (out / "training.csv").read_text() == "round 7\n"
 
 
+@pytest.mark.integration  # end to end: a whole comparison written, every figure drawn (seconds)
 def test_files_posenc_did_not_write_are_left_exactly_as_they_were(tmp_path):
     """A user's notes, another experiment's report folder and a run keep their inode, content and mtime
     through compare, extrapolate and report writes into the folder holding them; the folder itself stays."""
@@ -149,6 +151,7 @@ def test_two_writers_into_one_folder_both_land(tmp_path):
     assert sorted(set(table["encoder"])) == ["alibi", "rope"] and len(table) == 4
 
 
+@pytest.mark.integration  # end to end: a whole comparison written, every figure drawn (seconds)
 def test_a_comparison_without_choose_removes_only_the_stale_choices(tmp_path):
     """The one thing a write removes: choices.* of an earlier --choose into the same folder."""
     out = tmp_path / "cmp"
@@ -162,6 +165,7 @@ def test_a_comparison_without_choose_removes_only_the_stale_choices(tmp_path):
     assert not list(out.glob("choices.*")) and (out / "choices-notes.txt").read_text() == "mine"
 
 
+@pytest.mark.integration  # end to end: a whole comparison written, every figure drawn (seconds)
 def test_a_symlinked_out_is_written_through_and_stays_a_link(tmp_path):
     target = tmp_path / "real-tables"
     link = tmp_path / "tables"
@@ -174,6 +178,7 @@ def test_a_symlinked_out_is_written_through_and_stays_a_link(tmp_path):
     assert (target / "report.md").is_file() and not [p for p in tmp_path.iterdir() if p.name.startswith(".tables")]
 
 
+@pytest.mark.integration  # end to end: a whole comparison written, every figure drawn (seconds)
 def test_report_in_the_working_directory_leaves_the_shell_in_it(tmp_path, monkeypatch):
     """`cd tables && posenc report .`: the folder is written into, so the shell's working directory remains."""
     out = tmp_path / "tables"

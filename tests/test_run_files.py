@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-from pathlib import Path
 
 import pandas as pd
+import pytest
 from conftest import learned_run
 from typer.testing import CliRunner
 
@@ -26,6 +26,7 @@ def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
+@pytest.mark.integration  # end to end: a whole comparison written, every figure drawn (seconds)
 def test_one_run_reached_by_a_copy_and_a_symlink_is_evaluated_and_pooled_once(tmp_path, always_learns, monkeypatch):
     monkeypatch.chdir(tmp_path)
     learned_run(tmp_path / "run")
@@ -99,6 +100,7 @@ def test_a_fifo_metrics_file_does_not_block_runs(tmp_path, always_learns, monkey
                                      "regular file; move it away"]
 
 
+@pytest.mark.integration  # end to end: a whole comparison written, every figure drawn (seconds)
 def test_report_refuses_tables_whose_sequence_rows_were_deleted(tmp_path, always_learns, monkeypatch):
     monkeypatch.chdir(tmp_path)
     learned_run(tmp_path / "run")

@@ -33,6 +33,7 @@ def _comparison(folder, train_length, ahead, behind, n=40):
     return folder
 
 
+@pytest.mark.integration  # end to end: a whole comparison written, every figure drawn (seconds)
 def test_pair_table_says_holds_and_reverses_from_real_comparison_folders(tmp_path):
     script = _script()
     first = _comparison(tmp_path / "first", 32, "nope", "rope")

@@ -113,6 +113,7 @@ def test_compare_stopped_at_any_write_leaves_the_old_set(tmp_path, monkeypatch, 
     assert snapshot(out) != old and leftovers(out) == []
 
 
+@pytest.mark.integration  # end to end: a whole comparison written, every figure drawn (seconds)
 def test_regenerate_stopped_leaves_the_old_set(tmp_path, monkeypatch):
     out = tmp_path / "report"
     results = _sweep()

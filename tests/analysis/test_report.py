@@ -51,6 +51,7 @@ def _fake_sweep():
     return results_of(*runs)
 
 
+@pytest.mark.integration  # end to end: a whole comparison written, every figure drawn (seconds)
 def test_regenerate_rewrites_the_same_report_from_the_tables(tmp_path):
     results = _fake_sweep()
     run_ids = set(results.evaluations["run_id"])
@@ -72,6 +73,7 @@ def test_regenerate_rewrites_the_same_report_from_the_tables(tmp_path):
     assert sorted(figures_again) == sorted(figures) and all(p.is_file() for p in figures_again.values())
 
 
+@pytest.mark.integration  # end to end: a whole comparison written, every figure drawn (seconds)
 def test_regenerate_keeps_to_the_runs_and_lengths_that_were_compared(tmp_path):
     results = _fake_sweep()
     rope = set(results.evaluations.loc[results.evaluations["encoder"] == "rope", "run_id"])

@@ -71,6 +71,7 @@ def test_unknown_key_and_unfinished_runs_are_refused(tmp_path):
         choose_runs(runs, configs, "train.lr")
 
 
+@pytest.mark.integration  # end to end: a whole comparison written, every figure drawn (seconds)
 def test_report_shows_the_choice(tmp_path):
     from fake_results import fake_run, results_of
 
