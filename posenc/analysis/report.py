@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc.analysis.claims import Side, check, claims_for, paper_vs_posenc, ungated
+from posenc.analysis.claims import Side, check, paper_vs_posenc, ungated
+from posenc.analysis.literature import claims_for
 from posenc.analysis.compare import NO_SCALING, held_back, labels, pivot, sequence_block, steps_table, with_depth_means
 from posenc.analysis.evidence import TableEvidence
 from posenc.analysis.plots import plot_all, plot_positions, plot_steps

@@ -121,7 +121,8 @@ def test_posenc_report_regenerates_compares_report_after_the_runs_are_gone(train
 
 
 def test_literature_checks_read_evidence_from_the_tables_and_never_pool_configurations():
-    from posenc.analysis.claims import CLAIMS, Side, check
+    from posenc.analysis.claims import Side, check
+    from posenc.analysis.literature import CLAIMS
     from posenc.analysis.compare import with_depth_means
     from posenc.analysis.evidence import TableEvidence
 
