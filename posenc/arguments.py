@@ -176,3 +176,12 @@ def check_out_folder(out: str | os.PathLike, what: str = "--out", working_direct
             raise PosencError(f"{what} {shown}: it is a run folder (it holds {marker}), which only training "
                               "writes; name a result folder outside it")
     return real
+
+
+DEFAULT_MAX_HOURS = 24.0  # longer estimated evaluations are refused unless --max-hours raises the limit
+
+
+def check_max_hours(max_hours: float) -> None:
+    """Refuse a time limit that cannot mean anything (zero, negative, NaN)."""
+    if not max_hours > 0:
+        raise PosencError(f"--max-hours must be a positive number of hours (inf: no limit), got {max_hours}")

@@ -12,7 +12,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from posenc.arguments import check_eval_options, parse_encoders, parse_lengths, parse_scalings
+from posenc.arguments import (
+    DEFAULT_MAX_HOURS, check_eval_options, check_max_hours, parse_encoders, parse_lengths, parse_scalings,
+)
 from posenc.errors import PosencError
 from posenc.analysis.printing import by_headline_metric, print_comparison, print_notes, print_registry, print_table
 from posenc.progress import console, print_error
@@ -117,7 +119,7 @@ def extrapolate(
     rope_factor: FactorOption = None,
     include_not_learned: NotLearnedOption = False,
     memory_check: MemoryOption = True,
-    max_hours: MaxHoursOption = 24.0,
+    max_hours: MaxHoursOption = DEFAULT_MAX_HOURS,
 ) -> None:
     """Evaluate trained runs at each length and write tidy tables (CSV, Parquet, Markdown).
 
@@ -125,7 +127,7 @@ def extrapolate(
     by answer position in positions.parquet. With --rope-scaling, rotary runs are also evaluated under each
     RoPE extension method (a `scaling` column).
     """
-    from posenc.extrapolate import check_max_hours, distinct_runs, not_learned_note, scaling_note
+    from posenc.extrapolate import distinct_runs, not_learned_note, scaling_note
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.analysis.folders import check_destination
     from posenc.analysis.pipeline import store_into
@@ -200,14 +202,14 @@ def compare(
     extend: ExtendOption = False,
     include_not_learned: NotLearnedOption = False,
     memory_check: MemoryOption = True,
-    max_hours: MaxHoursOption = 24.0,
+    max_hours: MaxHoursOption = DEFAULT_MAX_HOURS,
 ) -> None:
     """Aggregate runs across seeds (only runs of one configuration are pooled): mean and 95% interval per
     encoder, task and length; tables, figures, report.md with literature checks.
 
     Reuses evaluations in OUT's tables, evaluates only missing (run, length) pairs, never trains.
     """
-    from posenc.extrapolate import check_max_hours, distinct_runs, not_learned_note, run_facts, scaling_note
+    from posenc.extrapolate import distinct_runs, not_learned_note, run_facts, scaling_note
     from posenc.extrapolate import extrapolate as run_extrapolation
     from posenc.analysis.folders import check_destination
     from posenc.analysis.pipeline import check_extendable, compare_into

@@ -9,4 +9,4 @@ cd "$(dirname "$0")/.."
 posenc=$(command -v posenc || echo .venv/bin/posenc)
 runs=()
 for encoder in learned t5 kerple fire; do runs+=(--runs "results/multirun/lm/lm/$encoder/seed0"); done
-"$posenc" kernels "${runs[@]}" --max-distance 2048 --rope-scaling none,ntk,yarn --factor 4 --out results/kernels
+"$posenc" kernels "${runs[@]}" --max-distance 1024 --rope-scaling none,ntk,yarn --factor 4 --out results/kernels

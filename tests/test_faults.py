@@ -161,11 +161,11 @@ def test_resume_takes_posencs_own_folder_names(tmp_path, always_learns, monkeypa
 
 def test_work_beyond_the_memory_available_is_refused_before_it_starts_unless_asked(tmp_path, always_learns,
                                                                                   monkeypatch):
-    import posenc.extrapolate
+    import posenc.evaluation_budget
 
     monkeypatch.chdir(tmp_path)
     learned_run(tmp_path / "run")
-    monkeypatch.setattr(posenc.extrapolate, "available_memory", lambda: 2**20)  # 1 MiB free
+    monkeypatch.setattr(posenc.evaluation_budget, "available_memory", lambda: 2**20)  # 1 MiB free
     args = ["extrapolate", "--runs", "run", "--lengths", "16,64", "--sequences", "4", "--out", "tables"]
     line = _one_error(runner.invoke(app, args))
     assert line.startswith("error: this evaluation needs about ") and line.endswith("--no-memory-check to try anyway")

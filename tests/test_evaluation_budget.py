@@ -1,4 +1,5 @@
-"""The time an evaluation will take, estimated before any work: shown when long, refused past --max-hours."""
+"""posenc/evaluation_budget.py: the time an evaluation will take, estimated before any work: shown when long, refused past
+--max-hours."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ MODEL = {"d_model": 128, "d_mlp": 512, "n_layers": 2, "n_heads": 4, "vocab_size"
 
 
 def _estimate(lengths, sequences, model=MODEL, rate=1e10):
-    from posenc.extrapolate import time_estimate
+    from posenc.evaluation_budget import time_estimate
 
     configs = {"run": {"model": model, "task": {"name": "copy"}}}
     return time_estimate(configs, {"run": list(lengths)}, {"run": ["none"]}, sequences, rate)
@@ -36,7 +37,7 @@ def test_the_matmul_rate_is_measured_quickly():
 
     import torch
 
-    from posenc.extrapolate import matmul_rate
+    from posenc.evaluation_budget import matmul_rate
 
     start = time.perf_counter()
     rate = matmul_rate(torch.device("cpu"))
@@ -57,14 +58,14 @@ def test_a_huge_request_is_refused_in_one_line_before_any_work(trained_runs, tmp
 
 
 def test_a_long_evaluation_is_announced_and_max_hours_raises_the_limit(tmp_path, always_learns, monkeypatch):
-    import posenc.extrapolate
+    import posenc.evaluation_budget
     import posenc.analysis.run_folder
 
     monkeypatch.chdir(tmp_path)
     learned_run(tmp_path / "run")
-    flops = posenc.extrapolate.time_estimate(
+    flops = posenc.evaluation_budget.time_estimate(
         {"r": posenc.analysis.run_folder.run_config(tmp_path / "run")}, {"r": [16, 32]}, {"r": ["none"]}, 4, 1.0)
-    monkeypatch.setattr(posenc.extrapolate, "matmul_rate", lambda device: flops / (30 * 3600))  # 30 h
+    monkeypatch.setattr(posenc.evaluation_budget, "matmul_rate", lambda device: flops / (30 * 3600))  # 30 h
     args = ["extrapolate", "--runs", "run", "--lengths", "16,32", "--sequences", "4", "--out", "tables"]
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
@@ -75,7 +76,7 @@ def test_a_long_evaluation_is_announced_and_max_hours_raises_the_limit(tmp_path,
     result = runner.invoke(app, [*args, "--max-hours", "48"])
     assert result.exit_code == 0, result.output
     assert "estimated evaluation time: about 1800 min (2 evaluations, longest 32 tokens)" in result.stderr
-    monkeypatch.setattr(posenc.extrapolate, "matmul_rate", lambda device: flops / 30)  # 30 s: not shown
+    monkeypatch.setattr(posenc.evaluation_budget, "matmul_rate", lambda device: flops / 30)  # 30 s: not shown
     result = runner.invoke(app, [*args[:-1], "tables-2"])
     assert result.exit_code == 0, result.output
     assert "estimated evaluation time" not in result.stderr
