@@ -112,7 +112,8 @@ CLAIMS: tuple[Claim, ...] = (
         expect=_beats((ALIBI, ROPE), (T5, ROPE), (ROPE, SIN), (ALIBI, SIN)),
         caveat="ALiBi ≥ T5 is not strict and is not tested; the paper trains 247M-parameter models on "
                "WikiText-103 at L = 512 and 1024 and reads perplexity to 16k tokens, posenc a 0.12M-parameter "
-               "byte-level model at L = 128 (conf/experiment/lm.yaml) to 8×"),
+               "byte-level model with 2 heads (so ALiBi's slopes are 1/16 and 1/256) at L = 128 "
+               "(conf/experiment/lm.yaml) to 8×"),
     _ruoss("copy"),
     _ruoss("reverse"),
     Claim(
