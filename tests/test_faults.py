@@ -19,6 +19,9 @@ from posenc.cli import app
 from posenc.files import CHECKPOINT_FILE
 
 runner = CliRunner()
+# End to end: each test drives a posenc command (train, compare, report) through a fault injected into the
+# filesystem or the process, so the module runs with the integration set (CI), not the fast unit suite.
+pytestmark = pytest.mark.integration
 
 
 def _lines(text: str) -> list[str]:
