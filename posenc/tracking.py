@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from posenc.analysis.store import flatten_config
 from posenc.errors import ConfigError, PosencError
 
 TRACKING_FILE = "tracking.json"  # the backend's run id, so that a resumed run logs into the same one
@@ -92,14 +93,10 @@ def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value if isinstance(value, int | float | str | bool) else str(value)
-    return out
+def _flat(tree: dict[str, Any]) -> dict[str, Any]:
+    """``tree`` under dotted keys (:func:`posenc.analysis.store.flatten_config`), each value one a tracker logs as
+    it is (a number, a string, a bool) or as text."""
+    return {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in flatten_config(tree).items()}
 
 
 class TensorBoardTracker(Tracker):

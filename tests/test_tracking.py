@@ -137,3 +137,12 @@ def test_mlflow_marks_a_run_that_stopped_on_an_error_failed(tmp_path):
         raise RuntimeError("training broke")
     client = mlflow.MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
     assert client.get_run(tracker.run_id).info.status == "FAILED"
+
+
+def test_config_is_logged_under_dotted_keys_with_values_a_tracker_takes():
+    from posenc.tracking import _flat
+
+    config = {"train": {"lr": 0.001, "steps": 5}, "task": {"name": "copy", "lengths": [8, 16], "min": None},
+              "progress": False}
+    assert _flat(config) == {"train.lr": 0.001, "train.steps": 5, "task.name": "copy", "task.lengths": "[8, 16]",
+                             "task.min": "None", "progress": False}

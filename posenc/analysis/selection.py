@@ -26,7 +26,7 @@ import pandas as pd
 
 from posenc import files as run_files
 from posenc.errors import PosencError
-from posenc.analysis.store import _flatten, run_identity
+from posenc.analysis.store import flatten_config, run_identity
 from posenc.analysis.run_folder import learned_from_metrics
 from posenc.task_facts import has_mastery_criterion
 
@@ -38,7 +38,7 @@ COLUMNS = ["task", "encoder", "config_id", "key", "value", "seeds", "n_learned",
 def _candidate_rows(runs: list[Path], key: str, configs: list[dict]) -> pd.DataFrame:
     rows = []
     for run, config in zip(runs, configs):
-        flat = _flatten(config)
+        flat = flatten_config(config)
         metrics = run_files.read_metrics(run)  # unfinished or damaged: one line (--choose compares finished runs)
         task = (config.get("task") or {}).get("name")
         learned = learned_from_metrics(metrics, has_mastery_criterion(task))
@@ -104,7 +104,7 @@ def losing_runs(evaluations: pd.DataFrame, table: pd.DataFrame, key: str) -> set
     out = set()
     for run_id, text in evaluations[["run_id", "config"]].drop_duplicates("run_id").itertuples(index=False):
         config = json.loads(text)
-        if (run_identity(_without(config, key)).config_id, str(_flatten(config).get(key))) in lost:
+        if (run_identity(_without(config, key)).config_id, str(flatten_config(config).get(key))) in lost:
             out.add(run_id)
     return out
 
@@ -144,7 +144,7 @@ def choose_runs(runs: list[Path], configs: list[dict], key: str,
         PosencError: ``key`` is in no run's config, or a run is unfinished.
     """
     check_choose_key(key)
-    if not any(key in _flatten(c) for c in configs):
+    if not any(key in flatten_config(c) for c in configs):
         raise PosencError(f"--choose {key}: no run's config has the key {key!r} (e.g. train.lr)")
     runs_table = _candidate_rows(runs, key, configs)
     candidates = (
@@ -199,7 +199,7 @@ def missed_configurations(runs: list[Path], configs: list[dict], key: str, value
     their encoder alone would train attention instead."""
     missed: dict[str, list[str]] = {}
     for run, config in zip(runs, configs):
-        if _flatten(config).get(key) != value:
+        if flatten_config(config).get(key) != value:
             continue
         metrics = run_files.read_metrics(run)  # unfinished or damaged: one line
         task, encoder = (config.get("task") or {}).get("name"), (config.get("encoder") or {}).get("name")

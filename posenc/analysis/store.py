@@ -101,22 +101,23 @@ def _digest(text: str) -> str:
 
 def differing_keys(configs: list[str]) -> list[str]:
     """Dotted keys whose values differ among the JSON ``configs`` (see :class:`RunIdentity`), sorted."""
-    flat = [_flatten(json.loads(c)) for c in configs]
+    flat = [flatten_config(json.loads(c)) for c in configs]
     keys = sorted(set().union(*flat))
     return [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flat}) > 1]
 
 
 def describe_config(config: str, keys: list[str]) -> str:
     """``key=value`` pairs of ``config`` (JSON) for ``keys``, e.g. ``train.lr=0.001,train.steps=300``."""
-    flat = _flatten(json.loads(config))
+    flat = flatten_config(json.loads(config))
     return ",".join(f"{k}={flat.get(k)}" for k in keys)
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_config(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config mapping as one level of dotted keys: ``{"train": {"lr": 1}}`` -> ``{"train.lr": 1}``."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
         if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
+            out.update(flatten_config(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
     return out
