@@ -102,8 +102,8 @@ def distinct_runs(runs: list[Path]) -> tuple[list[Path], str | None]:
     kept, dropped = [], []
     for key, paths in by_id.items():
         if len(paths) > 1:  # a whole copy first, then one reached without a symlink
-            paths = sorted(paths, key=lambda p: (run_problem(folders[p]) is not None, os.path.realpath(p) != os.path.abspath(p),
-                                                 str(p)))
+            paths = sorted(paths, key=lambda p: (run_problem(folders[p]) is not None,
+                                                 os.path.realpath(p) != os.path.abspath(p), str(p)))
         kept.append(paths[0])
         if len(paths) > 1:
             dropped.append((key, paths))
