@@ -14,8 +14,11 @@
   bias ``[n_h, block, keys]`` one block of queries at a time: linear memory, any device), or compiled
   *FlexAttention* (Dong et al. 2024: the bias computed inside the kernel, block-sparse causal), chosen by
   length and by what runs here.
+- A data-dependent bias of the key alone (``KeyBias``: FoX), training or not: fused SDPA with one more
+  query/key dimension (:func:`posenc.fused_bias.key_bias_attention`); other data-dependent biases (CoPE): query
+  blocks.
 
-The three fused inference paths are :mod:`posenc.fused_bias`.
+The fused paths are :mod:`posenc.fused_bias`.
 
 A backend owns its compiled kernels, causal block masks and the record of whether FlexAttention runs on
 this machine. Models share :data:`SHARED` by default, so that evaluating many checkpoints compiles each
@@ -34,7 +37,7 @@ from torch import Tensor
 
 from posenc import fused_bias
 from posenc.encoders import PositionalEncoder
-from posenc.encoders.base import DataBias, as_is
+from posenc.encoders.base import DataBias, KeyBias, as_is
 from posenc.errors import ConfigError
 
 log = logging.getLogger("posenc.attention")
@@ -95,6 +98,8 @@ class CausalAttention:
         Returns:
             ``[b, n_h, s, h_d]``.
         """
+        if isinstance(data_bias, KeyBias) and q.dtype in (torch.float32, torch.float64):
+            return fused_bias.key_bias_attention(q, k, v, data_bias.key, dropout_p)
         if data_bias is not None:
             return self.data_blocked(q, k, v, data_bias, dropout_p)
         if not encoder.has_score_bias:

@@ -1,5 +1,6 @@
 """Biases of the distance alone through fused SDPA with a strided view of their table as the mask
-(posenc/fused_bias.py: distance_table_attention), and when the backend takes that path."""
+(posenc/fused_bias.py: distance_table_attention), FoX's bias of the key alone as one more dimension
+(key_bias_attention), and when the backend takes each path."""
 
 import copy
 
@@ -127,3 +128,89 @@ def test_a_training_step_and_other_positions_do_not_take_the_table():
     with torch.no_grad():
         attend(q, k, v, torch.arange(300) + 7, encoder)  # positions not 0..s-1: the bias formula
     assert attend.paths == ["blocked", "blocked"]
+
+
+def _fox(n_heads, seed, gate_bias):
+    """A FoX layer with weights drawn away from their init, its gate biases at ``gate_bias`` (0: every step back
+    costs about log 2; -3: about 3 nats)."""
+    torch.manual_seed(seed)
+    layer = build_encoder("fox", AttentionShape(8 * n_heads, n_heads), 64).for_layer(0)
+    with torch.no_grad():
+        layer.gate.weight.normal_(0, 0.5)
+        layer.gate.bias.fill_(gate_bias)
+    return layer
+
+
+def _fox_float64_reference(q, k, v, x, layer):
+    """FoX attention in float64 from the paper's formula: scores q.k / sqrt(h_d) + sum_{l=j+1..i} log f_l."""
+    s = q.shape[-2]
+    gate = torch.nn.functional.linear(x.double(), layer.gate.weight.double(), layer.gate.bias.double())
+    c = torch.nn.functional.logsigmoid(gate).transpose(1, 2).cumsum(-1)  # [b, n_h, s]
+    scores = q.double() @ k.double().transpose(-1, -2) / q.shape[-1] ** 0.5 + c[..., :, None] - c[..., None, :]
+    return scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf")).softmax(-1) @ v.double()
+
+
+@pytest.mark.parametrize("n_heads", [1, 3, 4])
+@pytest.mark.parametrize("length", [1, 37, 64, 300, 1300])
+@pytest.mark.parametrize("gate_bias", [0.0, -3.0])
+def test_a_key_bias_through_fused_sdpa_equals_the_float64_reference(n_heads, length, gate_bias):
+    """FoX in fp32 against the float64 formula: as close as the dense bias in query blocks, whose error the fp32
+    cumulative sum of the log gates sets (about 1e-3 once it reaches -16000)."""
+    block = 16
+    layer = _fox(n_heads, length + n_heads, gate_bias)
+    gen = torch.Generator().manual_seed(length)
+    x = torch.randn(2, length, 8 * n_heads, generator=gen)
+    q, k, v = (torch.randn(2, n_heads, length, 8, generator=gen) for _ in range(3))
+    with torch.no_grad():
+        data_bias = layer.data_bias(x, q, k)
+        got = fused_bias.key_bias_attention(q, k, v, data_bias.key)
+        dense = CausalAttention(query_block=block).data_blocked(q, k, v, data_bias)
+    want = _fox_float64_reference(q, k, v, x, layer)
+    assert got.dtype == q.dtype and got.shape == q.shape
+    assert (got.double() - want).abs().max() <= max(2e-6, 1.1 * (dense.double() - want).abs().max())
+
+
+def test_a_key_bias_at_8192_tokens_stays_within_fp32_accuracy():
+    """Cumulative log gates reaching about -5700 (the float64 reference)."""
+    layer = _fox(2, 0, 0.0)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(1, 8192, 16, generator=gen)
+    q, k, v = (torch.randn(1, 2, 8192, 8, generator=gen) for _ in range(3))
+    with torch.no_grad():
+        got = fused_bias.key_bias_attention(q, k, v, layer.data_bias(x, q, k).key)
+    assert (got.double() - _fox_float64_reference(q, k, v, x, layer)).abs().max() < 1e-3
+
+
+def test_a_fox_training_step_through_the_key_bias_has_the_dense_gradients():
+    """The key bias is differentiable: its output and the gradients of the
+    queries, keys, values and forget-gate weights equal the dense bias's in query blocks (float64)."""
+    layer = _fox(3, 0, 0.0).double()
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 45, 24, generator=gen, dtype=torch.float64)
+    inputs = [torch.randn(2, 3, 45, 8, generator=gen, dtype=torch.float64) for _ in range(3)]
+    results = []
+    for fused in (True, False):
+        q, k, v = (t.clone().requires_grad_() for t in inputs)
+        layer.zero_grad()
+        data_bias = layer.data_bias(x, q, k)
+        if fused:
+            out = CausalAttention()(q, k, v, torch.arange(45), layer, data_bias=data_bias)
+        else:
+            out = CausalAttention(query_block=16).data_blocked(q, k, v, data_bias)
+        (out * torch.linspace(-1, 1, 8, dtype=torch.float64)).sum().backward()
+        results.append((out, q.grad, k.grad, v.grad, layer.gate.weight.grad.clone(), layer.gate.bias.grad.clone()))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize(("dtype", "fused"), [(torch.float32, True), (torch.float64, True), (torch.bfloat16, False)])
+def test_the_backend_carries_foxs_bias_as_a_key_bias_in_fp32_and_fp64_only(dtype, fused, monkeypatch):
+    """A 16-bit bias column would round FoX's bias (8 significant bits in bfloat16): dense query blocks there."""
+    layer = _fox(2, 0, 0.0).to(dtype)
+    calls = []
+    monkeypatch.setattr(fused_bias, "key_bias_attention", lambda *a, **kw: calls.append("key") or a[0])
+    x = torch.randn(1, 20, 16, dtype=dtype)
+    q, k, v = (torch.randn(1, 2, 20, 8, dtype=dtype) for _ in range(3))
+    with torch.no_grad():
+        CausalAttention()(q, k, v, torch.arange(20), layer, data_bias=layer.data_bias(x, q, k))
+    assert calls == (["key"] if fused else [])

@@ -13,6 +13,25 @@ MAX_LENGTH = 1 << 20  # longest sequence posenc accepts anywhere: beyond it noth
 DataBias = Callable[[int, int], Tensor]
 
 
+@dataclass(frozen=True)
+class KeyBias:
+    """A data-dependent score bias ``a[b, h, i] + key[b, h, j]`` (FoX's ``c_i - c_j``): a :data:`DataBias`
+    (called by query range it gives the whole bias) of which attention needs only ``key``, since softmax over
+    the keys ignores a term of the query alone. The attention backend then carries ``key`` through fused
+    attention as one more query/key dimension (:func:`posenc.fused_bias.key_bias_attention`).
+
+    Args:
+        key: ``[b, n_h, s]``, the part of the key.
+        dense: the whole bias by query range, as a :data:`DataBias`.
+    """
+
+    key: Tensor
+    dense: DataBias
+
+    def __call__(self, start: int, stop: int) -> Tensor:
+        return self.dense(start, stop)
+
+
 def as_is(tensor: Tensor) -> Tensor:
     """The default ``capture`` of :meth:`PositionalEncoder.score_mod`: the tensor itself."""
     return tensor

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc import functional as F
-from posenc.encoders.base import AttentionShape, DataBias, PositionalEncoder
+from posenc.encoders.base import AttentionShape, DataBias, KeyBias, PositionalEncoder
 from posenc.errors import ConfigError
 
 
@@ -97,7 +97,8 @@ class _FoXLayer(PositionalEncoder):
 
     def data_bias(self, x: Tensor, q: Tensor, k: Tensor) -> DataBias:
         log_lambda = F.fox_log_lambda(self.gate(x))  # [b, n_h, s]
-        return lambda start, stop: F.fox_bias(log_lambda, start, stop)
+        # c_i - c_j: the query's c_i is a constant of its softmax row, so attention needs only -c_j
+        return KeyBias(-log_lambda, lambda start, stop: F.fox_bias(log_lambda, start, stop))
 
 
 class PoPE(PositionalEncoder):
