@@ -15,8 +15,8 @@
   *FlexAttention* (Dong et al. 2024: the bias computed inside the kernel, block-sparse causal), chosen by
   length and by what runs here.
 - A data-dependent bias of the key alone (``KeyBias``: FoX), training or not: fused SDPA with one more
-  query/key dimension (:func:`posenc.fused_bias.key_bias_attention`); other data-dependent biases (CoPE): query
-  blocks.
+  query/key dimension (:func:`posenc.fused_bias.key_bias_attention`); one that computes its attention itself
+  (``OwnAttention``: CoPE) does; others: query blocks (:meth:`CausalAttention.data_blocked`).
 
 The fused paths are :mod:`posenc.fused_bias`.
 
@@ -37,7 +37,7 @@ from torch import Tensor
 
 from posenc import fused_bias
 from posenc.encoders import PositionalEncoder
-from posenc.encoders.base import DataBias, KeyBias, as_is
+from posenc.encoders.base import DataBias, KeyBias, OwnAttention, as_is
 from posenc.errors import ConfigError
 
 log = logging.getLogger("posenc.attention")
@@ -100,6 +100,8 @@ class CausalAttention:
         """
         if isinstance(data_bias, KeyBias) and q.dtype in (torch.float32, torch.float64):
             return fused_bias.key_bias_attention(q, k, v, data_bias.key, dropout_p)
+        if isinstance(data_bias, OwnAttention):
+            return data_bias.attend(v, dropout_p)
         if data_bias is not None:
             return self.data_blocked(q, k, v, data_bias, dropout_p)
         if not encoder.has_score_bias:

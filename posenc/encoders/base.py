@@ -32,6 +32,24 @@ class KeyBias:
         return self.dense(start, stop)
 
 
+@dataclass(frozen=True)
+class OwnAttention:
+    """A data-dependent score bias that computes the attention itself, because it shares its work (CoPE: the
+    logits that gate its counts are the attention's logits). Called by query range it is a :data:`DataBias`
+    (the whole bias).
+
+    Args:
+        attend: ``(v [b, n_h, s, h_d], dropout_p) -> [b, n_h, s, h_d]``, causal attention with the bias.
+        dense: the whole bias by query range, as a :data:`DataBias`.
+    """
+
+    attend: Callable[[Tensor, float], Tensor]
+    dense: DataBias
+
+    def __call__(self, start: int, stop: int) -> Tensor:
+        return self.dense(start, stop)
+
+
 def as_is(tensor: Tensor) -> Tensor:
     """The default ``capture`` of :meth:`PositionalEncoder.score_mod`: the tensor itself."""
     return tensor

@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["cope_positions", "cope_bias", "fox_log_lambda", "fox_bias", "pope_inv_freq", "pope_qk"]
+__all__ = ["cope_positions", "cope_bias", "cope_attention", "fox_log_lambda", "fox_bias", "pope_inv_freq", "pope_qk"]
 
 
 def cope_positions(logits: Tensor) -> Tensor:
@@ -51,6 +51,58 @@ def cope_bias(query: Tensor, pos_emb: Tensor, positions: Tensor) -> Tensor:
     low = z.gather(-1, floor.long())
     high = z.gather(-1, p.ceil().long())
     return low + (high - low) * weight
+
+
+def cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: float = 0.0,
+                   block_elements: int = 1 << 22) -> Tensor:
+    """Causal CoPE attention (Golovneva et al. 2024, eqs. 3-5 and the paper's code): ``softmax(l_ij + q_i .
+    e(p_ij)) v`` with ``l`` the scaled logits ``q_i . k_j / sqrt(h_d)``, the same logits that gate the counts
+    ``p_ij`` (:func:`cope_positions`, :func:`cope_bias`). Computed once for both, a block of queries at a time
+    (at most ``block_elements`` scores per block: memory linear in ``s``), with the keys in reverse order so
+    that the count from the query back to each key is a forward cumulative sum (no flips of the score block).
+    Without autograd every step after the logits is in place.
+
+    Args:
+        q, k, v: ``[b, n_h, s, h_d]``; counts and scores in float32 at least (bfloat16 cannot count past 256).
+        pos_emb: ``[h_d, n_pos]``, the embeddings of positions ``0 .. n_pos - 1``.
+        dropout_p: attention dropout (training).
+        block_elements: scores per block of queries.
+
+    Returns:
+        ``[b, n_h, s, h_d]`` in ``q``'s dtype.
+    """
+    b, h, s, d = q.shape
+    work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    q_scaled = q.to(work) * d**-0.5
+    k_rev, v_rev = k.to(work).flip(-2), v.to(work).flip(-2)  # column c of a block ending at e: key e - 1 - c
+    emb, last = pos_emb.to(work), pos_emb.shape[-1] - 1
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, pos_emb))
+    block = max(1, min(s, block_elements // max(1, b * h * s)))
+    out = []
+    for start in range(0, s, block):
+        end = min(start + block, s)
+        z = q[..., start:end, :].to(work) @ emb  # q_i . e[p] for every integer p, [b, n_h, bq, n_pos]
+        z = torch.cat((z, z[..., -1:]), dim=-1)  # e[n_pos] := e[n_pos - 1]: p clamped there has weight 0 on it
+        logits = q_scaled[..., start:end, :] @ k_rev[..., s - end :, :].transpose(-1, -2)  # [b, n_h, bq, end]
+        column = torch.arange(end, device=q.device)
+        future = column[None, :] < (end - 1 - torch.arange(start, end, device=q.device))[:, None]  # key > query
+        logits = logits.masked_fill_(future, float("-inf"))  # the matmul's own output: in place is safe
+        if grad:
+            p = torch.sigmoid(logits).cumsum(-1).clamp(max=last)  # p_ij, counted from the query back
+            low = p.floor().long()
+            weight = p - low
+            z_low, z_high = z.gather(-1, low), z.gather(-1, low + 1)
+            scores = logits + torch.lerp(z_low, z_high, weight)
+            attn = torch.nn.functional.dropout(scores.softmax(-1), dropout_p)
+        else:
+            p = torch.sigmoid(logits).cumsum_(-1).clamp_(max=last)
+            low = p.floor().long()
+            weight = p.sub_(low)
+            z_low = z.gather(-1, low)
+            scores = logits.add_(z_low.lerp_(z.gather(-1, low.add_(1)), weight))
+            attn = scores.softmax(-1)
+        out.append(attn @ v_rev[..., s - end :, :])
+    return (out[0] if len(out) == 1 else torch.cat(out, dim=-2)).to(q.dtype)
 
 
 def fox_log_lambda(gate_logits: Tensor) -> Tensor:

@@ -35,6 +35,46 @@ def test_cope_bias_interpolates_between_integer_positions_and_clamps_past_the_la
     torch.testing.assert_close(got, want)
 
 
+def _cope_dense(q, k, v, pos_emb):
+    """CoPE attention as the paper's code: whole logits, gates, counts, the interpolated bias, softmax."""
+    s = q.shape[-2]
+    logits = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+    logits = logits.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+    return (logits + F.cope_bias(q, pos_emb, F.cope_positions(logits))).softmax(-1) @ v
+
+
+@pytest.mark.parametrize(("length", "n_pos", "block_elements"), [(1, 4, 1 << 22), (37, 8, 600), (130, 16, 1 << 22),
+                                                                 (130, 200, 3000)])
+@pytest.mark.parametrize("grad", [False, True])
+def test_cope_attention_equals_the_papers_computation(length, n_pos, block_elements, grad):
+    """One block or several (2 x 3 heads x length keys x rows per block), counts past ``n_pos`` clamped or not,
+    with autograd (its gradients too) and without (in place): the dense float64 computation's numbers."""
+    gen = torch.Generator().manual_seed(length + n_pos)
+    inputs = [torch.randn(2, 3, length, 8, generator=gen, dtype=torch.float64) for _ in range(3)]
+    inputs.append(torch.randn(8, n_pos, generator=gen, dtype=torch.float64))
+    results = []
+    for fn in (lambda q, k, v, e: F.cope_attention(q, k, v, e, block_elements=block_elements), _cope_dense):
+        leaves = [t.clone().requires_grad_(grad) for t in inputs]
+        with torch.set_grad_enabled(grad):
+            out = fn(*leaves)
+        if grad:
+            (out * torch.linspace(-1, 1, 8, dtype=torch.float64)).sum().backward()
+        results.append([out, *(t.grad for t in leaves if grad)])
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want)
+
+
+def test_cope_attention_counts_in_float32_under_bfloat16():
+    """The result has the inputs' dtype; counts and scores are float32 (the float32 computation's numbers)."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 300, 8, generator=gen).bfloat16() for _ in range(3))
+    pos_emb = torch.randn(8, 300, generator=gen).bfloat16()
+    got = F.cope_attention(q, k, v, pos_emb)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), F.cope_attention(q.float(), k.float(), v.float(), pos_emb.float()),
+                               atol=1e-2, rtol=0)
+
+
 def test_fox_bias_is_the_sum_of_log_forget_gates_after_the_key():
     """D_ij = sum_{l=j+1..i} log sigmoid(f_l) (Lin et al. 2025, eq. 4)."""
     logits = torch.randn(2, 7, 3, dtype=torch.float64)  # [b, s, n_h]
