@@ -58,7 +58,7 @@ def cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: 
     """Causal CoPE attention (Golovneva et al. 2024, eqs. 3-5 and the paper's code): ``softmax(l_ij + q_i .
     e(p_ij)) v`` with ``l`` the scaled logits ``q_i . k_j / sqrt(h_d)``, the same logits that gate the counts
     ``p_ij`` (:func:`cope_positions`, :func:`cope_bias`). Computed once for both, a block of queries at a time
-    (at most ``block_elements`` scores per block: memory linear in ``s``), with the keys in reverse order so
+    (at most 64 queries and ``block_elements`` scores: memory linear in ``s``), with the keys in reverse order so
     that the count from the query back to each key is a forward cumulative sum (no flips of the score block).
     Without autograd every step after the logits is in place.
 
@@ -77,7 +77,9 @@ def cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: 
     k_rev, v_rev = k.to(work).flip(-2), v.to(work).flip(-2)  # column c of a block ending at e: key e - 1 - c
     emb, last = pos_emb.to(work), pos_emb.shape[-1] - 1
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, pos_emb))
-    block = max(1, min(s, block_elements // max(1, b * h * s)))
+    # 64 queries at most: a block attends to the keys up to its last query, so smaller blocks skip more of the
+    # future (training at 128 tokens, batch 32, 4 heads: 1 block 45 ms forward and backward, 2 blocks 36 ms)
+    block = max(1, min(s, 64, block_elements // max(1, b * h * s)))
     out = []
     for start in range(0, s, block):
         end = min(start + block, s)
