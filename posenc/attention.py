@@ -98,7 +98,7 @@ class CausalAttention:
         Returns:
             ``[b, n_h, s, h_d]``.
         """
-        if isinstance(data_bias, KeyBias) and q.dtype in (torch.float32, torch.float64):
+        if isinstance(data_bias, KeyBias):
             return fused_bias.key_bias_attention(q, k, v, data_bias.key, dropout_p)
         if isinstance(data_bias, OwnAttention):
             return data_bias.attend(v, dropout_p)

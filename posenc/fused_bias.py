@@ -179,19 +179,22 @@ def key_bias_attention(q: Tensor, k: Tensor, v: Tensor, key_bias: Tensor, dropou
     causal SDPA's at head width ``h_d + 2`` (measured 1.16x width ``h_d = 32``'s at 8192 tokens, 2-core CPU).
 
     Args:
-        q, k, v: ``[b, n_h, s, h_d]``, fp32 or fp64 (a 16-bit bias column would round the bias).
+        q, k, v: ``[b, n_h, s, h_d]``; 16-bit inputs are attended in fp32 (a 16-bit bias column would round
+            the bias: bfloat16 has 8 significant bits), the result cast back.
         key_bias: ``[b, n_h, s]``.
         dropout_p: attention dropout (training).
 
     Returns:
         ``[b, n_h, s, h_d]``.
     """
-    bias = key_bias.to(q.dtype).unsqueeze(-1)  # (b, nh, s, 1)
+    work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    bias = key_bias.to(work).unsqueeze(-1)  # (b, nh, s, 1)
     one = torch.ones_like(bias)
-    qx = torch.cat((one, -bias, q * q.shape[-1] ** -0.5), dim=-1)  # (b, nh, s, hs + 2)
-    kx = torch.cat((bias, one, k), dim=-1)
-    vx = F.pad(v, (2, 0))  # fused kernels need one head size for q, k and v
-    return F.scaled_dot_product_attention(qx, kx, vx, is_causal=True, scale=1.0, dropout_p=dropout_p)[..., 2:]
+    qx = torch.cat((one, -bias, q.to(work) * q.shape[-1] ** -0.5), dim=-1)  # (b, nh, s, hs + 2)
+    kx = torch.cat((bias, one, k.to(work)), dim=-1)
+    vx = F.pad(v.to(work), (2, 0))  # fused kernels need one head size for q, k and v
+    out = F.scaled_dot_product_attention(qx, kx, vx, is_causal=True, scale=1.0, dropout_p=dropout_p)[..., 2:]
+    return out.to(q.dtype)
 
 
 def cope_band_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, band: int, query_block: int) -> Tensor | None:

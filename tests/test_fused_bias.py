@@ -205,17 +205,18 @@ def test_a_fox_training_step_through_the_key_bias_has_the_dense_gradients():
         torch.testing.assert_close(got, want)
 
 
-@pytest.mark.parametrize(("dtype", "fused"), [(torch.float32, True), (torch.float64, True), (torch.bfloat16, False)])
-def test_the_backend_carries_foxs_bias_as_a_key_bias_in_fp32_and_fp64_only(dtype, fused, monkeypatch):
-    """A 16-bit bias column would round FoX's bias (8 significant bits in bfloat16): dense query blocks there."""
-    layer = _fox(2, 0, 0.0).to(dtype)
-    calls = []
-    monkeypatch.setattr(fused_bias, "key_bias_attention", lambda *a, **kw: calls.append("key") or a[0])
-    x = torch.randn(1, 20, 16, dtype=dtype)
-    q, k, v = (torch.randn(1, 2, 20, 8, dtype=dtype) for _ in range(3))
+def test_a_key_bias_in_bfloat16_is_attended_in_float32():
+    """bfloat16 has 8 significant bits: a bias column in it would round FoX's bias (up to 1 at 256 nats)."""
+    layer = _fox(2, 0, 0.0)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 300, 16, generator=gen)
+    q, k, v = (torch.randn(1, 2, 300, 8, generator=gen).bfloat16() for _ in range(3))
     with torch.no_grad():
-        CausalAttention()(q, k, v, torch.arange(20), layer, data_bias=layer.data_bias(x, q, k))
-    assert calls == (["key"] if fused else [])
+        key = layer.data_bias(x, q, k).key
+        got = CausalAttention()(q, k, v, torch.arange(300), layer, data_bias=layer.data_bias(x, q, k))
+        want = fused_bias.key_bias_attention(q.float(), k.float(), v.float(), key)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want.bfloat16(), atol=0, rtol=0)
 
 
 def _cope_inputs(length, n_pos, gate_shift, seed=0):
@@ -262,3 +263,24 @@ def test_cope_inference_takes_the_band_where_the_counts_allow(gate_shift, banded
     calls.clear()
     CausalAttention()(q, k, v, torch.arange(q.shape[-2]), layer, data_bias=layer.data_bias(None, q, k))
     assert calls == []  # with autograd (pos_emb trains): the whole rows
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_fox_and_cope_on_cuda_equal_the_float64_reference():
+    """The data-dependent paths on CUDA (fp32; forward and gradients): FoX's key bias through CUDA's SDPA at head
+    width h_d + 2, CoPE's own attention."""
+    layer = _fox(2, 0, -1.0)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 700, 16, generator=gen)
+    q, k, v = (torch.randn(2, 2, 700, 8, generator=gen) for _ in range(3))
+    want = _fox_float64_reference(q, k, v, x, layer)
+    cuda = [t.cuda().requires_grad_() for t in (q, k, v)]
+    got = CausalAttention()(*cuda, torch.arange(700).cuda(), layer.cuda(), data_bias=layer.data_bias(x.cuda(), *cuda[:2]))
+    torch.testing.assert_close(got.double().cpu(), want, atol=1e-4, rtol=0)
+    got.sum().backward()
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in cuda)
+    q, k, v, pos_emb = _cope_inputs(300, 16, 1.0)
+    want = F_dd.cope_attention(q, k, v, pos_emb)
+    torch.testing.assert_close(F_dd.cope_attention(*(t.float().cuda() for t in (q, k, v, pos_emb))).double().cpu(),
+                               want, atol=1e-4, rtol=0)

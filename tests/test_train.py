@@ -71,9 +71,13 @@ def test_training_uses_the_configured_schedule_and_ends_at_lr_times_final_ratio(
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_train_runs_on_cuda(tmp_path):
-    metrics = train(tiny_config("device=cuda"), tmp_path, tiny_dict("device=cuda"))
-    assert metrics["device"].startswith("cuda")
+@pytest.mark.parametrize("encoder", ["rope", "fox", "cope", "pope", "fire"])
+def test_train_runs_on_cuda(encoder, tmp_path):
+    """Default and data-dependent attention paths on CUDA (bf16 autocast, compiled): FoX's fused key bias, CoPE's
+    own attention, PoPE's wider queries, FIRE's FlexAttention."""
+    overrides = ("device=cuda", f"encoder={encoder}")
+    metrics = train(tiny_config(*overrides), tmp_path, tiny_dict(*overrides))
+    assert metrics["device"].startswith("cuda") and math.isfinite(metrics["loss"])
 
 
 @pytest.mark.slow
