@@ -187,6 +187,11 @@ def key_bias_attention(q: Tensor, k: Tensor, v: Tensor, key_bias: Tensor, dropou
     Returns:
         ``[b, n_h, s, h_d]``.
     """
+    with torch.autocast(q.device.type, enabled=False):  # autocast would run SDPA, and the bias, in 16 bits
+        return _key_bias_attention(q, k, v, key_bias, dropout_p)
+
+
+def _key_bias_attention(q: Tensor, k: Tensor, v: Tensor, key_bias: Tensor, dropout_p: float) -> Tensor:
     work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     bias = key_bias.to(work).unsqueeze(-1)  # (b, nh, s, 1)
     one = torch.ones_like(bias)

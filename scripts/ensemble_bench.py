@@ -19,6 +19,7 @@ to ``--out`` (default results/bench).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 from torch.func import functional_call, stack_module_state, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import headline_config, machine, sync  # noqa: E402
@@ -76,7 +78,9 @@ def run(members: int, steps: int, device: torch.device, name: str) -> dict:
     def stacked_step(batches: list[tuple[Batch, int]]) -> None:
         width = max(w for _, w in batches)
         both = padded([b.to(device) for b, _ in batches], width)
-        with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+        # CUDA's fused SDPA kernels fail in vmap's backward ("LSE is not correctly aligned"): the math one there
+        with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None), \
+                (sdpa_kernel(SDPBackend.MATH) if device.type == "cuda" else contextlib.nullcontext()):
             logits = batched(params, buffers, both.inputs)  # [K, b, width, vocab]
             loss = sum(answer_loss(logits[i].float(), Batch(both.inputs[i], both.targets[i], both.mask[i]))
                        for i in range(members))

@@ -265,6 +265,17 @@ def test_cope_inference_takes_the_band_where_the_counts_allow(gate_shift, banded
     assert calls == []  # with autograd (pos_emb trains): the whole rows
 
 
+def test_the_data_dependent_paths_ignore_autocast():
+    """Under autocast (bf16 on CUDA in training) FoX's bias column and CoPE's logits stay in the inputs' precision:
+    the same numbers as without it."""
+    q, k, v, pos_emb = (t.float() for t in _cope_inputs(50, 16, 1.0))
+    key = torch.randn(2, 3, 50).cumsum(-1)
+    want = (F_dd.cope_attention(q, k, v, pos_emb), fused_bias.key_bias_attention(q, k, v, key))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = (F_dd.cope_attention(q, k, v, pos_emb), fused_bias.key_bias_attention(q, k, v, key))
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_fox_and_cope_on_cuda_equal_the_float64_reference():

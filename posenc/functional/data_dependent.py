@@ -71,6 +71,11 @@ def cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: 
     Returns:
         ``[b, n_h, s, h_d]`` in ``q``'s dtype.
     """
+    with torch.autocast(q.device.type, enabled=False):  # autocast would run the logits' matmul in 16 bits
+        return _cope_attention(q, k, v, pos_emb, dropout_p, block_elements)
+
+
+def _cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: float, block_elements: int) -> Tensor:
     b, h, s, d = q.shape
     work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     q_scaled = q.to(work) * d**-0.5
