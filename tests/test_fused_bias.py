@@ -1,7 +1,6 @@
 """Biases of the distance alone through fused SDPA with a strided view of their table as the mask
-(posenc/fused_bias.py: distance_table_attention), FoX's bias of the key alone as one more dimension
-(key_bias_attention), CoPE's far keys through one fused call (cope_band_attention), and when the backend takes
-each path."""
+(posenc/fused_bias.py: distance_table_attention), FoX's bias of the key alone as two more dimensions
+(key_bias_attention), and when the backend takes each path; the data-dependent paths under autocast and on CUDA."""
 
 import copy
 
@@ -9,9 +8,9 @@ import pytest
 import torch
 
 from posenc import fused_bias
-from posenc.functional import data_dependent as F_dd
 from posenc.attention import TABLE_QUERY_BLOCK, CausalAttention
 from posenc.encoders import ENCODERS, AttentionShape, build_encoder
+from posenc.functional import data_dependent as F_dd
 
 TABLE_ENCODERS = ["alibi", "t5", "kerple"]  # stated: a distance_table lost by accident fails here
 
@@ -219,57 +218,12 @@ def test_a_key_bias_in_bfloat16_is_attended_in_float32():
     torch.testing.assert_close(got, want.bfloat16(), atol=0, rtol=0)
 
 
-def _cope_inputs(length, n_pos, gate_shift, seed=0):
-    """Queries, keys and values for CoPE, gates shifted open (``gate_shift`` > 0) or closed (< 0)."""
-    gen = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(2, 3, length, 8, generator=gen, dtype=torch.float64) for _ in range(3))
-    q = q.abs()  # positive queries: a shift of the keys moves every logit the same way
-    return q, k + gate_shift, v, torch.randn(8, n_pos, generator=gen, dtype=torch.float64)
-
-
-@pytest.mark.parametrize(("length", "n_pos", "band", "block"), [(77, 4, 16, 16), (300, 16, 64, 32), (1000, 8, 40, 128),
-                                                                 (513, 8, 512, 64)])
-def test_cope_far_keys_through_one_fused_call_equal_the_papers_computation(length, n_pos, band, block):
-    """Gates open enough for every count to reach n_pos - 1 within the band: float64 equals the whole computation
-    (posenc.functional.cope_attention, itself tested against the paper's code); lengths that are and are not
-    multiples of the block, bands shorter and longer than a block."""
-    q, k, v, pos_emb = _cope_inputs(length, n_pos, 1.0)
-    got = fused_bias.cope_band_attention(q, k, v, pos_emb, band, block)
-    assert got is not None
-    torch.testing.assert_close(got, F_dd.cope_attention(q, k, v, pos_emb))
-
-
-def test_cope_band_says_no_where_a_count_stays_below_the_last_position():
-    """Closed gates: a query 300 keys on has counted about 15; its far keys' biases still differ."""
-    q, k, v, pos_emb = _cope_inputs(300, 16, -3.0)
-    assert fused_bias.cope_band_attention(q, k, v, pos_emb, 64, 32) is None
-
-
-@pytest.mark.parametrize(("gate_shift", "banded"), [(1.0, True), (-3.0, False)])
-def test_cope_inference_takes_the_band_where_the_counts_allow(gate_shift, banded, monkeypatch):
-    """A long sequence at inference takes the band path (or, where it says no, the whole rows); training never."""
-    layer = build_encoder("cope", AttentionShape(24, 3), 16).for_layer(0).double()
-    with torch.no_grad():
-        layer.pos_emb.normal_()
-    q, k, v, _ = _cope_inputs(2 * layer.band(), 16, gate_shift)
-    calls = []
-    band = fused_bias.cope_band_attention
-    monkeypatch.setattr(fused_bias, "cope_band_attention", lambda *a: calls.append(a[-2]) or band(*a))
-    with torch.no_grad():
-        got = CausalAttention()(q, k, v, torch.arange(q.shape[-2]), layer, data_bias=layer.data_bias(None, q, k))
-    torch.testing.assert_close(got, F_dd.cope_attention(q, k, v, layer.pos_emb))
-    assert calls == [256] and layer.band() == 256  # tried (4 n_pos, at least 256); did it apply:
-    assert (band(q, k, v, layer.pos_emb, 256, 64) is not None) == banded
-    calls.clear()
-    CausalAttention()(q, k, v, torch.arange(q.shape[-2]), layer, data_bias=layer.data_bias(None, q, k))
-    assert calls == []  # with autograd (pos_emb trains): the whole rows
-
-
 def test_the_data_dependent_paths_ignore_autocast():
     """Under autocast (bf16 on CUDA in training) FoX's bias column and CoPE's logits stay in the inputs' precision:
     the same numbers as without it."""
-    q, k, v, pos_emb = (t.float() for t in _cope_inputs(50, 16, 1.0))
-    key = torch.randn(2, 3, 50).cumsum(-1)
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 3, 50, 8, generator=gen) for _ in range(3))
+    pos_emb, key = torch.randn(8, 16, generator=gen), torch.randn(2, 3, 50, generator=gen).cumsum(-1)
     want = (F_dd.cope_attention(q, k, v, pos_emb), fused_bias.key_bias_attention(q, k, v, key))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got = (F_dd.cope_attention(q, k, v, pos_emb), fused_bias.key_bias_attention(q, k, v, key))
@@ -291,7 +245,8 @@ def test_fox_and_cope_on_cuda_equal_the_float64_reference():
     torch.testing.assert_close(got.double().cpu(), want, atol=1e-4, rtol=0)
     got.sum().backward()
     assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in cuda)
-    q, k, v, pos_emb = _cope_inputs(300, 16, 1.0)
+    q, k, v = (torch.randn(2, 3, 300, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    pos_emb = torch.randn(8, 16, generator=gen, dtype=torch.float64)
     want = F_dd.cope_attention(q, k, v, pos_emb)
     torch.testing.assert_close(F_dd.cope_attention(*(t.float().cuda() for t in (q, k, v, pos_emb))).double().cpu(),
                                want, atol=1e-4, rtol=0)

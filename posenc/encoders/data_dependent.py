@@ -48,7 +48,7 @@ class CoPE(Layerwise):
     paper sets it per task. Attention is :func:`posenc.functional.cope_attention` (query blocks: memory linear
     in the length; the logits computed once for the gates and the scores), or at inference on CPU, where every
     query has counted to ``n_pos - 1`` within its ``4 n_pos`` nearest keys, fused attention for the keys beyond
-    (:func:`posenc.fused_bias.cope_band_attention`).
+    (:func:`posenc.functional.cope_band_attention`).
     """
 
     description = "contextual positions: counts of gated keys, per layer (Golovneva et al. 2024)"
@@ -84,10 +84,8 @@ class _CoPELayer(PositionalEncoder):
             seq, band = q.shape[-2], self.band()
             if (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and not dropout_p
                     and seq >= 2 * band and not (torch.is_grad_enabled() and self.pos_emb.requires_grad)):
-                from posenc import fused_bias  # here: fused_bias imports the encoders package
-
                 with torch.no_grad():
-                    out = fused_bias.cope_band_attention(q, k, v, self.pos_emb, band, COPE_BAND_QUERY_BLOCK)
+                    out = F.cope_band_attention(q, k, v, self.pos_emb, band, COPE_BAND_QUERY_BLOCK)
                 if out is not None:
                     return out
             return F.cope_attention(q, k, v, self.pos_emb, dropout_p)  # the logits once for gates and scores
@@ -95,7 +93,7 @@ class _CoPELayer(PositionalEncoder):
         return OwnAttention(attend, bias)
 
     def band(self) -> int:
-        """Nearest keys CoPE computes explicitly at long inference lengths (posenc.fused_bias.cope_band_attention):
+        """Nearest keys CoPE computes explicitly at long inference lengths (posenc.functional.cope_band_attention):
         four times ``n_pos``, room for gates that open half the time or less to count to ``n_pos - 1``."""
         return max(COPE_MIN_BAND, 4 * self.pos_emb.shape[-1])
 

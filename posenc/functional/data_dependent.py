@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["cope_positions", "cope_bias", "cope_attention", "fox_log_lambda", "fox_bias", "pope_inv_freq", "pope_qk"]
+__all__ = ["cope_positions", "cope_bias", "cope_attention", "cope_band_attention", "fox_log_lambda", "fox_bias", "pope_inv_freq", "pope_qk"]
 
 
 def cope_positions(logits: Tensor) -> Tensor:
@@ -110,6 +110,65 @@ def _cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p:
             attn = scores.softmax(-1)
         out.append(attn @ v_rev[..., s - end :, :])
     return (out[0] if len(out) == 1 else torch.cat(out, dim=-2)).to(q.dtype)
+
+
+def cope_band_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, band: int, query_block: int) -> Tensor | None:
+    """Causal CoPE attention (:func:`cope_attention`) as fused causal SDPA for the far keys plus
+    CoPE's own computation on a band of the ``band`` nearest keys, where the counts allow it; else None.
+
+    CoPE's count ``p_ij`` grows as key ``j`` moves back from query ``i`` and is clamped at ``n_pos - 1``
+    (Golovneva et al. 2024, the paper's code), where the bias is ``q_i . e[n_pos - 1]``, a constant of the
+    query. If every query's count over its ``band`` nearest keys has reached ``n_pos - 1``, the farther keys
+    ``j <= i - band`` all carry that constant: queries ``band..s-1`` against keys ``0..s-1-band`` are one fused
+    causal call with no bias (as :func:`posenc.fused_bias.far_constant_attention`), its log-sum-exp shifted by the constant, merged
+    exactly with the band's softmax. Inference, CPU, fp32 or fp64; memory linear; time fused causal SDPA's plus
+    about ``band / (s / 2)`` of the whole computation's.
+
+    Args:
+        q, k, v: ``[b, n_h, s, h_d]``.
+        pos_emb: ``[h_d, n_pos]``.
+        band: nearest keys computed explicitly, ``< s``.
+        query_block: queries per block of the band.
+
+    Returns:
+        ``[b, n_h, s, h_d]``, or None if some query's count over its band stays below ``n_pos - 1`` (its farther
+        keys' biases differ: the caller computes the whole rows).
+    """
+    b, h, s, d = q.shape
+    last = pos_emb.shape[-1] - 1
+    q_scaled = q * d**-0.5
+    out = torch.empty_like(q)
+    band_lse = q.new_empty(b, h, s)
+    far_bias = q[:, :, band:] @ pos_emb[:, last]  # q_i . e[n_pos - 1], [b, n_h, s - band]
+    for start in range(0, s, query_block):
+        end = min(start + query_block, s)
+        first = max(0, start - band + 1)
+        rows = torch.arange(start, end, device=q.device)
+        keys_rev = k[:, :, first:end].flip(-2)  # column c: key end - 1 - c
+        j = end - 1 - torch.arange(end - first, device=q.device)
+        outside = (j[None, :] > rows[:, None]) | (j[None, :] <= rows[:, None] - band)  # future or far
+        scores = (q_scaled[:, :, start:end] @ keys_rev.transpose(-1, -2)).masked_fill_(outside, float("-inf"))
+        counts = torch.sigmoid(scores).cumsum_(-1)  # p_ij, counted from the query back
+        if not bool(((counts[..., -1] >= last) | (rows < band)).all()):
+            return None  # some query with far keys has not counted to n_pos - 1 within the band
+        counts.clamp_(max=last)
+        z = q[:, :, start:end] @ pos_emb  # [b, n_h, bq, n_pos]
+        z = torch.cat((z, z[..., -1:]), dim=-1)  # e[n_pos] := e[n_pos - 1]: weight 0 there
+        low = counts.floor().long()
+        weight = counts.sub_(low)
+        scores.add_(z.gather(-1, low).lerp_(z.gather(-1, low.add_(1)), weight))
+        lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+        out[:, :, start:end] = scores.sub_(lse).exp_() @ v[:, :, first:end].flip(-2)
+        band_lse[:, :, start:end] = lse[..., 0]
+    fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # returns the log-sum-exp too
+    far, far_lse = fused(q[:, :, band:], k[:, :, : s - band], v[:, :, : s - band], 0.0, True)
+    far_lse = far_lse + far_bias
+    own_lse = band_lse[:, :, band:]
+    lse = torch.logaddexp(far_lse, own_lse).unsqueeze(-1)
+    merged = out[:, :, band:]  # a view: written in place
+    merged.mul_((own_lse.unsqueeze(-1) - lse).exp_())
+    merged.addcmul_(far, (far_lse.unsqueeze(-1) - lse).exp_())
+    return out
 
 
 def fox_log_lambda(gate_logits: Tensor) -> Tensor:

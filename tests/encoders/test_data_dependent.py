@@ -101,3 +101,25 @@ def test_cope_counts_in_float32_under_bfloat16():
     bias = layer.data_bias(None, q, k)(399, 400)  # the last query against every key
     assert bias.dtype == torch.float32
     torch.testing.assert_close(bias[0, 0, 0, :100], torch.arange(400.0, 300.0, -1.0))
+
+
+@pytest.mark.parametrize(("gate_shift", "banded"), [(1.0, True), (-3.0, False)])
+def test_cope_inference_takes_the_band_where_the_counts_allow(gate_shift, banded, monkeypatch):
+    """A long sequence at inference takes the band path (or, where it says no, the whole rows); training never."""
+    layer = build_encoder("cope", AttentionShape(24, 3), 16).for_layer(0).double()
+    with torch.no_grad():
+        layer.pos_emb.normal_()
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 2 * layer.band(), 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    q, k = q.abs(), k + gate_shift  # positive queries: shifted keys open (or close) every gate
+    calls = []
+    band = F.cope_band_attention
+    monkeypatch.setattr(F, "cope_band_attention", lambda *a: calls.append(a[-2]) or band(*a))
+    with torch.no_grad():
+        got = CausalAttention()(q, k, v, torch.arange(q.shape[-2]), layer, data_bias=layer.data_bias(None, q, k))
+    torch.testing.assert_close(got, F.cope_attention(q, k, v, layer.pos_emb))
+    assert calls == [256] and layer.band() == 256  # tried (4 n_pos, at least 256); did it apply:
+    assert (band(q, k, v, layer.pos_emb, 256, 64) is not None) == banded
+    calls.clear()
+    CausalAttention()(q, k, v, torch.arange(q.shape[-2]), layer, data_bias=layer.data_bias(None, q, k))
+    assert calls == []  # with autograd (pos_emb trains): the whole rows

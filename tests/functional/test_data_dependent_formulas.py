@@ -75,6 +75,32 @@ def test_cope_attention_counts_in_float32_under_bfloat16():
                                atol=1e-2, rtol=0)
 
 
+def _cope_inputs(length, n_pos, gate_shift, seed=0):
+    """Queries, keys and values for CoPE, gates shifted open (``gate_shift`` > 0) or closed (< 0)."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(2, 3, length, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    q = q.abs()  # positive queries: a shift of the keys moves every logit the same way
+    return q, k + gate_shift, v, torch.randn(8, n_pos, generator=gen, dtype=torch.float64)
+
+
+@pytest.mark.parametrize(("length", "n_pos", "band", "block"), [(77, 4, 16, 16), (300, 16, 64, 32), (1000, 8, 40, 128),
+                                                                 (513, 8, 512, 64)])
+def test_cope_far_keys_through_one_fused_call_equal_the_papers_computation(length, n_pos, band, block):
+    """Gates open enough for every count to reach n_pos - 1 within the band: float64 equals the whole computation
+    (posenc.functional.cope_attention, itself tested against the paper's code); lengths that are and are not
+    multiples of the block, bands shorter and longer than a block."""
+    q, k, v, pos_emb = _cope_inputs(length, n_pos, 1.0)
+    got = F.cope_band_attention(q, k, v, pos_emb, band, block)
+    assert got is not None
+    torch.testing.assert_close(got, F.cope_attention(q, k, v, pos_emb))
+
+
+def test_cope_band_says_no_where_a_count_stays_below_the_last_position():
+    """Closed gates: a query 300 keys on has counted about 15; its far keys' biases still differ."""
+    q, k, v, pos_emb = _cope_inputs(300, 16, -3.0)
+    assert F.cope_band_attention(q, k, v, pos_emb, 64, 32) is None
+
+
 def test_fox_bias_is_the_sum_of_log_forget_gates_after_the_key():
     """D_ij = sum_{l=j+1..i} log sigmoid(f_l) (Lin et al. 2025, eq. 4)."""
     logits = torch.randn(2, 7, 3, dtype=torch.float64)  # [b, s, n_h]
