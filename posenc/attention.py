@@ -101,7 +101,9 @@ class CausalAttention:
         if isinstance(data_bias, KeyBias):
             return fused_bias.key_bias_attention(q, k, v, data_bias.key, dropout_p)
         if isinstance(data_bias, OwnAttention):
-            return data_bias.attend(v, dropout_p)
+            out = data_bias.attend(v, dropout_p)
+            if out is not None:
+                return out
         if data_bias is not None:
             return self.data_blocked(q, k, v, data_bias, dropout_p)
         if not encoder.has_score_bias:

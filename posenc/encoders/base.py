@@ -39,11 +39,12 @@ class OwnAttention:
     (the whole bias).
 
     Args:
-        attend: ``(v [b, n_h, s, h_d], dropout_p) -> [b, n_h, s, h_d]``, causal attention with the bias.
+        attend: ``(v [b, n_h, s, h_d], dropout_p) -> [b, n_h, s, h_d]``, causal attention with the bias, or
+            None where it does not apply (the backend then adds ``dense`` in query blocks).
         dense: the whole bias by query range, as a :data:`DataBias`.
     """
 
-    attend: Callable[[Tensor, float], Tensor]
+    attend: Callable[[Tensor, float], Tensor | None]
     dense: DataBias
 
     def __call__(self, start: int, stop: int) -> Tensor:

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from posenc import functional as F
-from posenc.encoders.base import AttentionShape, DataBias, PositionalEncoder
+from posenc.encoders.base import AttentionShape, DataBias, OwnAttention, PositionalEncoder
 from posenc.errors import ConfigError
 from posenc.functional.rope_scaling_spec import RopeScaling
 
@@ -328,7 +328,9 @@ class XPos(RotaryEncoder):
     def data_bias(self, x: Tensor, q: Tensor, k: Tensor) -> DataBias | None:
         """On the relative path (``k`` from :meth:`rotate` past ``MAX_LOG_SCALE``): ``(start, stop) ->``
         xPos's score of those queries minus the ``q . k`` attention computes, times attention's
-        ``1/sqrt(head_dim)``; else None (fused attention on the centred factors).
+        ``1/sqrt(head_dim)``; else None (fused attention on the centred factors). At inference on CPU attention
+        takes the scores window by window through fused attention instead
+        (:func:`posenc.functional.xpos_window_attention`).
 
         As :func:`posenc.functional.xpos_relative_scores` computes it (queries by windows of positions, each
         scored against its window's end), in one matmul per window: ``[q*decay, q] . [k*decay, -k_seen]``,
@@ -372,4 +374,12 @@ class XPos(RotaryEncoder):
                 out.index_copy_(-2, rows - start, scored)
             return out
 
-        return bias
+        def attend(v: Tensor, dropout_p: float) -> Tensor | None:
+            """Window by window through fused attention (inference on CPU, positions 0..s-1); else None: the
+            backend adds ``bias`` in query blocks."""
+            fused = (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and not dropout_p
+                     and not (torch.is_grad_enabled() and q.requires_grad)
+                     and torch.equal(positions, torch.arange(positions.numel(), dtype=positions.dtype)))
+            return F.xpos_window_attention(q, keys, v, self.gamma, self.scale_base) if fused else None
+
+        return OwnAttention(attend, bias)

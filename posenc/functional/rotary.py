@@ -29,6 +29,7 @@ __all__ = [
     "xpos_decay",
     "xpos_windows",
     "xpos_relative_scores",
+    "xpos_window_attention",
     "roformer_bound",
     "relative_bound",
 ]
@@ -338,6 +339,50 @@ def xpos_relative_scores(
         scaled_q, scaled_k = q.index_select(-2, rows) * q_decay.to(q.dtype), k * k_decay.to(k.dtype)
         scored = scaled_q @ scaled_k.transpose(-1, -2)
         out.index_copy_(-2, rows, scored.expand(*out.shape[:-2], len(rows), out.shape[-1]))
+    return out
+
+
+def xpos_window_attention(q: Tensor, k: Tensor, v: Tensor, gamma: float = XPOS_GAMMA,
+                          scale_base: float = XPOS_SCALE_BASE) -> Tensor:
+    """Causal attention with xPos's scores at any length (:func:`xpos_relative_scores`' windows of queries), each
+    window through PyTorch's fused CPU attention: no score matrix. Positions ``0 .. s-1``; inference on CPU.
+
+    Window ``w`` (queries ``a .. e-1``, centre ``c`` its end) scores its queries times ``zeta**((m - c)/
+    scale_base)`` against the keys times ``zeta**((c - n)/scale_base)``: a plain dot product, so its queries
+    attend by two fused calls, one causal against their own keys ``a .. e-1`` and one against the keys before
+    them, merged exactly by their log-sum-exps (as :func:`posenc.fused_bias.far_constant_attention`). Scores
+    are scaled by ``1/sqrt(h_d)``, as ``scaled_dot_product_attention``'s default.
+
+    Args:
+        q, k: ``[b, n_h, s, h_d]`` RoPE-rotated (RoFormer layout); v: ``[b, n_h, s, h_d]``.
+        gamma, scale_base: see :func:`xpos_decay`.
+
+    Returns:
+        ``[b, n_h, s, h_d]``.
+    """
+    s, head_dim = q.shape[-2], q.shape[-1]
+    positions = torch.arange(s, device=q.device, dtype=torch.float64)
+    window, width = xpos_windows(positions, 0.0, head_dim, gamma, scale_base)
+    fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # returns the log-sum-exp too
+    out = torch.empty_like(q)
+    bounds = torch.searchsorted(window, torch.arange(int(window[-1]) + 2, device=q.device)).tolist()
+    for w, (start, end) in enumerate(zip(bounds, bounds[1:])):
+        if start == end:
+            continue
+        centre = (w + 1) * width
+        q_decay = xpos_decay(positions[start:end] - centre, head_dim, gamma, scale_base) * head_dim**-0.5
+        k_decay = xpos_decay((centre - positions[:end]).clamp(min=0), head_dim, gamma, scale_base)
+        scaled_q, scaled_k = q[..., start:end, :] * q_decay.to(q.dtype), k[..., :end, :] * k_decay.to(k.dtype)
+        rows = slice(start, end)
+        own, own_lse = fused(scaled_q, scaled_k[..., rows, :], v[..., rows, :], 0.0, True, scale=1.0)
+        if start == 0:
+            out[..., rows, :] = own
+            continue
+        before, before_lse = fused(scaled_q, scaled_k[..., :start, :], v[..., :start, :], 0.0, False, scale=1.0)
+        lse = torch.logaddexp(own_lse, before_lse).unsqueeze(-1)
+        merged = out[..., rows, :]  # a view: written in place
+        torch.mul(own, (own_lse.unsqueeze(-1) - lse).exp_(), out=merged)
+        merged.addcmul_(before, (before_lse.unsqueeze(-1) - lse).exp_())
     return out
 
 

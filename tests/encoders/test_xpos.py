@@ -166,3 +166,23 @@ def test_a_model_forward_at_8192_tokens_is_finite():
         logits = model(tokens)
     print(f"xpos forward at 8192 tokens: {time.perf_counter() - begin:.2f} s")
     assert torch.isfinite(logits).all()
+
+
+def test_inference_takes_fused_windows_and_training_the_bias_in_query_blocks(monkeypatch):
+    """Past MAX_LOG_SCALE, inference on CPU attends window by window through fused attention; with autograd
+    (training) the backend adds the bias in query blocks instead. Both give the same output."""
+    encoder, length = relative_everywhere(), 300
+    q, k = qk(length)
+    v = torch.randn(1, 2, length, 16, generator=torch.Generator().manual_seed(2))
+    positions = torch.arange(length)
+    calls = []
+    window = F.xpos_window_attention
+    monkeypatch.setattr(F, "xpos_window_attention", lambda *a: calls.append(1) or window(*a))
+    outputs = []
+    for grad in (False, True):
+        q_in = q.clone().requires_grad_(grad)
+        qr, kr = encoder.rotate(q_in, k, positions)
+        outputs.append(CausalAttention()(qr, kr, v, positions, encoder, data_bias=encoder.data_bias(None, qr, kr)))
+    assert calls == [1]  # the inference call only
+    torch.testing.assert_close(outputs[0], outputs[1].detach())
+    outputs[1].sum().backward()

@@ -126,3 +126,23 @@ def test_relative_scores_take_any_positions_and_broadcast():
     want = relative_reference(q[:1], k, positions, positions, 0.4, 4.0)
     mask = positions[None, :] <= positions[:, None]
     torch.testing.assert_close(got[:, mask], want[:, mask], atol=1e-12, rtol=1e-9)
+
+
+@pytest.mark.parametrize(("length", "n_heads", "scale_base"), [(1, 1, 4.0), (77, 3, 2.0), (300, 2, 4.0),
+                                                                (1000, 1, 16.0), (1000, 3, 512.0)])
+def test_window_attention_equals_the_float64_softmax_of_the_formula(length, n_heads, scale_base):
+    """Fused attention window by window (windows of about 96 positions at scale_base 4, so many windows and
+    lengths that are not multiples of them; one window at scale_base 512) gives the float64 softmax of the
+    distance formula's scores, scaled by 1/sqrt(h_d)."""
+    d = 8
+    positions = torch.arange(length)
+    g = torch.Generator().manual_seed(length)
+    q, k = (torch.randn(2, n_heads, length, d, generator=g, dtype=torch.float64) for _ in range(2))
+    inv = F.rope_inv_freq(d, dtype=torch.float64)
+    q, k = F.apply_rope(q, positions, inv).float(), F.apply_rope(k, positions, inv).float()
+    v = torch.randn(2, n_heads, length, d, generator=g)
+    got = F.xpos_window_attention(q, k, v, 0.4, scale_base)
+    scores = relative_reference(q, k, positions, positions, 0.4, scale_base) / math.sqrt(d)
+    want = scores.masked_fill(~causal(length, length), -math.inf).softmax(-1) @ v.double()
+    assert got.dtype == torch.float32 and got.shape == q.shape
+    torch.testing.assert_close(got.double(), want, atol=2e-6, rtol=1e-5)
