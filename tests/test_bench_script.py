@@ -119,3 +119,28 @@ def test_bench_jobs_section_compares_one_thread_jobs_with_one_job_of_every_threa
     assert len(jobs) == 2 and jobs["setting"].iloc[0].startswith("1 job x") and jobs["setting"].iloc[1].endswith("x 1 thread")
     assert (jobs["steps_per_s"] > 0).all() and (jobs["seconds"] > 0).all()
     assert jobs["vs_first"].iloc[1] == jobs["steps_per_s"].iloc[1] / jobs["steps_per_s"].iloc[0]
+
+
+@pytest.mark.integration
+def test_the_ensemble_bench_trains_stacked_seeds_as_they_train_alone(tmp_path):
+    """scripts/ensemble_bench.py: K seeds as stacked weights end where each trained alone ends (to rounding), and
+    both throughputs are measured."""
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "ensemble_bench.py"), "--members", "1,3",
+                             "--steps", "3", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = pd.read_csv(tmp_path / "ensemble_cpu.csv")
+    assert list(table["members"]) == [1, 3]
+    assert (table[["alone_steps_per_s_per_seed", "stacked_steps_per_s_per_seed"]] > 0).all(axis=None)
+    assert (table["max_param_difference"] < 1e-5).all()
+
+
+@pytest.mark.integration
+def test_the_bounds_script_writes_what_each_kernel_allows(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_bounds.py"), "--length", "256",
+                             "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = pd.read_csv(tmp_path / "bounds.csv")
+    assert list(table["measure"]) == ["forward 256"] * 3 + ["training 32x128"] * 3 + ["headline step, one thread"]
+    rows = table.iloc[:6]
+    assert (rows["floor_vs_rope"] > 0).all() and (rows.loc[[0, 3], "vs_sdpa"] == 1.0).all()
+    assert 0 < table["matmul_mfu_bound"].iloc[-1] < 3

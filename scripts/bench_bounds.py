@@ -1,0 +1,136 @@
+"""The arithmetic behind the speed targets posenc does not meet on CPU (issue 24): what the kernels PyTorch offers
+here cost for the work each encoder needs, measured in one run, so that README's bounds regenerate.
+
+    python scripts/bench_bounds.py            # writes results/bench/bounds.md and bounds.csv
+
+Rows (times are medians; "floor" is the ratio to rope the kernel alone imposes, whatever the encoder's own work):
+
+- forward, 8192 tokens, batch 1 (the bench's model: d_model 128, 4 heads of 32, 2 layers): fused causal SDPA at
+  head width 32 (rope), 64 (PoPE's queries and keys, values padded) and FlexAttention with a score_mod that
+  adds nothing (FIRE's kernel); rope's whole forward gives the share of attention in it, and the floor is
+  ``(1 - share) + share * kernel / sdpa``;
+- training, batch 32 x 128 tokens (the bench's training shape), forward and backward of one layer's attention:
+  SDPA at width 32 and 64 (PoPE), CoPE's attention (posenc.functional.cope_attention); the floor is the step
+  time of rope with those layers swapped, ``step / (step + layers * (kernel - sdpa))``, with rope's step timed here;
+- the headline's step (d_model 64, 3 layers, batch 64 x 32 tokens, one thread): the rate of each of its matmuls
+  (forward and both backward products) against a 1024^3 matmul: the MFU its matmuls alone would allow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import VOCAB, machine, posenc_model  # noqa: E402
+
+from posenc.attention import CausalAttention  # noqa: E402
+from posenc.files import atomic_write_text  # noqa: E402
+from posenc.functional import cope_attention  # noqa: E402
+
+
+def median_time(fn, repeats: int = 7) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def forward_rows(length: int) -> list[dict]:
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, length, 32, generator=gen) for _ in range(3))
+    wide_q, wide_k = (torch.randn(1, 4, length, 64, generator=gen) for _ in range(2))
+    model = posenc_model("rope", 128, torch.device("cpu")).eval()
+    tokens = torch.randint(0, VOCAB, (1, length), generator=gen)
+    with torch.no_grad():
+        whole = median_time(lambda: model(tokens), 3)
+        sdpa = median_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        wide = median_time(lambda: F.scaled_dot_product_attention(wide_q, wide_k, F.pad(v, (0, 32)), is_causal=True))
+        backend = CausalAttention()
+        flex = median_time(lambda: backend.flex(q, k, v, lambda score, b, h, q_idx, kv_idx: score), 3)
+    share = model.cfg.n_layers * sdpa / whole
+    return [{"measure": f"forward {length}", "kernel": name, "seconds": t, "vs_sdpa": t / sdpa,
+             "attention_share_of_rope": share, "floor_vs_rope": 1 - share + share * t / sdpa}
+            for name, t in (("fused SDPA, width 32 (rope)", sdpa), ("fused SDPA, width 64 (pope)", wide),
+                            ("FlexAttention, empty score_mod (fire)", flex))]
+
+
+def training_rows(batch: int = 32, length: int = 128) -> list[dict]:
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(batch, 4, length, 32, generator=gen, requires_grad=True) for _ in range(3))
+    wide_q, wide_k = (torch.randn(batch, 4, length, 64, generator=gen, requires_grad=True) for _ in range(2))
+    pos_emb = torch.randn(32, length, generator=gen, requires_grad=True)
+    kernels = {
+        "fused SDPA, width 32 (rope)": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "fused SDPA, width 64 (pope)": lambda: F.scaled_dot_product_attention(
+            wide_q, wide_k, F.pad(v, (0, 32)), is_causal=True)[..., :32],
+        "cope_attention (cope)": lambda: cope_attention(q, k, v, pos_emb),
+    }
+    times = {name: median_time(lambda fn=fn: fn().sum().backward()) for name, fn in kernels.items()}
+    model = posenc_model("rope", length, torch.device("cpu"))
+    data = torch.randint(0, VOCAB, (batch, length + 1), generator=gen)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        loss = F.cross_entropy(model(data[:, :-1]).reshape(-1, VOCAB), data[:, 1:].reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    rope_step = median_time(step)
+    sdpa = times["fused SDPA, width 32 (rope)"]
+    layers = model.cfg.n_layers
+    return [{"measure": f"training {batch}x{length}", "kernel": name, "seconds": t, "vs_sdpa": t / sdpa,
+             "attention_share_of_rope": layers * sdpa / rope_step,
+             "floor_vs_rope": rope_step / (rope_step + layers * (t - sdpa))} for name, t in times.items()]
+
+
+def matmul_rows() -> list[dict]:
+    """The headline step's matmuls at one thread against a 1024^3 one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        def rate(m: int, n: int, p: int) -> float:
+            a, b = torch.randn(m, n), torch.randn(n, p)
+            return 2 * m * n * p / median_time(lambda: a @ b, 21)
+
+        peak = rate(1024, 1024, 1024)
+        tokens, d, d_mlp, vocab = 64 * 32, 64, 256, 18
+        flops = seconds = 0.0
+        for n, p in ((d, 3 * d), (d, d), (d, d_mlp), (d_mlp, d), (d, vocab)):  # qkv, proj, up, down, head
+            for shape in ((tokens, n, p), (tokens, p, n), (n, tokens, p)):  # y = x W, dx, dW
+                f = 2 * shape[0] * shape[1] * shape[2]
+                flops, seconds = flops + f, seconds + f / rate(*shape)
+    finally:
+        torch.set_num_threads(threads)
+    return [{"measure": "headline step, one thread", "kernel": "its matmuls vs a 1024^3 matmul",
+             "seconds": seconds, "vs_sdpa": float("nan"), "attention_share_of_rope": float("nan"),
+             "floor_vs_rope": float("nan"), "matmul_mfu_bound": flops / seconds / peak}]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    parser.add_argument("--length", type=int, default=8192, help="forward length")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    table = pd.DataFrame(forward_rows(args.length) + training_rows() + matmul_rows())
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out / "bounds.csv", table.to_csv(index=False))
+    atomic_write_text(args.out / "bounds.md", f"# What the kernels allow (scripts/bench_bounds.py)\n\nMachine: "
+                      f"{machine(torch.device('cpu'))}; fp32. Command: `python {' '.join(sys.argv)}` "
+                      f"({time.perf_counter() - start:.0f} s).\n\n{table.to_markdown(index=False, floatfmt='.4g')}\n")
+    print(table.to_markdown(index=False, floatfmt=".4g"))
+
+
+if __name__ == "__main__":
+    main()
