@@ -14,9 +14,10 @@
   bias ``[n_h, block, keys]`` one block of queries at a time: linear memory, any device), or compiled
   *FlexAttention* (Dong et al. 2024: the bias computed inside the kernel, block-sparse causal), chosen by
   length and by what runs here.
-- A data-dependent bias of the key alone (``KeyBias``: FoX), training or not: fused SDPA with one more
-  query/key dimension (:func:`posenc.fused_bias.key_bias_attention`); one that computes its attention itself
-  (``OwnAttention``: CoPE) does; others: query blocks (:meth:`CausalAttention.data_blocked`).
+- A data-dependent bias of the key alone (``KeyBias``: FoX), training or not: fused SDPA with two more
+  query/key dimensions (:func:`posenc.fused_bias.key_bias_attention`); one that computes its attention itself
+  (``OwnAttention``: CoPE; xPos past its centred range at inference) does; the rest: query blocks
+  (:meth:`CausalAttention.data_blocked`).
 
 The fused paths are :mod:`posenc.fused_bias`.
 

@@ -17,8 +17,8 @@ DataBias = Callable[[int, int], Tensor]
 class KeyBias:
     """A data-dependent score bias ``a[b, h, i] + key[b, h, j]`` (FoX's ``c_i - c_j``): a :data:`DataBias`
     (called by query range it gives the whole bias) of which attention needs only ``key``, since softmax over
-    the keys ignores a term of the query alone. The attention backend then carries ``key`` through fused
-    attention as one more query/key dimension (:func:`posenc.fused_bias.key_bias_attention`).
+    the keys ignores a term of the query alone. The attention backend then carries it through fused attention
+    as two more query/key dimensions (:func:`posenc.fused_bias.key_bias_attention`).
 
     Args:
         key: ``[b, n_h, s]``, the part of the key.
@@ -35,8 +35,8 @@ class KeyBias:
 @dataclass(frozen=True)
 class OwnAttention:
     """A data-dependent score bias that computes the attention itself, because it shares its work (CoPE: the
-    logits that gate its counts are the attention's logits). Called by query range it is a :data:`DataBias`
-    (the whole bias).
+    logits that gate its counts are the attention's logits) or has a faster form (xPos's windows). Called by
+    query range it is a :data:`DataBias` (the whole bias).
 
     Args:
         attend: ``(v [b, n_h, s, h_d], dropout_p) -> [b, n_h, s, h_d]``, causal attention with the bias, or
