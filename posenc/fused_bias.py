@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posenc.encoders import PositionalEncoder
+from posenc.functional._softmax_parts import fused_cpu_attention, merge_attention_
 
 
 def linear_bias_attention(q: Tensor, k: Tensor, v: Tensor, positions: Tensor, slopes: Tensor) -> Tensor:
@@ -138,7 +139,6 @@ def far_constant_attention(q: Tensor, k: Tensor, v: Tensor, encoder: PositionalE
         ``[b, n_h, s, h_d]``.
     """
     b, h, s, d = q.shape
-    fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # returns the log-sum-exp too
     positions = torch.arange(s, device=q.device)
     out = torch.empty_like(q)
     near_lse = q.new_empty(b, h, s)
@@ -154,18 +154,13 @@ def far_constant_attention(q: Tensor, k: Tensor, v: Tensor, encoder: PositionalE
             distance = positions[start:end, None] - positions[None, first:end]
             mask = bias.masked_fill((distance < 0) | (distance >= reach), float("-inf")).unsqueeze(0)
             steady = mask if repeats else steady
-        out[:, :, start:end], near_lse[:, :, start:end] = fused(
+        out[:, :, start:end], near_lse[:, :, start:end] = fused_cpu_attention(
             q[:, :, start:end], k[:, :, first:end], v[:, :, first:end], 0.0, False, attn_mask=mask)
     # The rest: query i >= reach, keys j <= i - reach, all with bias far[h].
-    rest, rest_lse = fused(q[:, :, reach:], k[:, :, : s - reach], v[:, :, : s - reach], 0.0, True)
+    rest, rest_lse = fused_cpu_attention(q[:, :, reach:], k[:, :, : s - reach], v[:, :, : s - reach], 0.0, True)
     rest_lse = rest_lse + far.detach().to(q.dtype).view(1, h, 1)
-    own_lse = near_lse[:, :, reach:]
-    lse = torch.logaddexp(rest_lse, own_lse).unsqueeze(-1)
-    merged = out[:, :, reach:]  # a view: written in place
-    merged.mul_((own_lse.unsqueeze(-1) - lse).exp_())
-    merged.addcmul_(rest, (rest_lse.unsqueeze(-1) - lse).exp_())
+    merge_attention_(out[:, :, reach:], near_lse[:, :, reach:], rest, rest_lse)  # a view: written in place
     return out
-
 
 
 def key_bias_attention(q: Tensor, k: Tensor, v: Tensor, key_bias: Tensor, dropout_p: float = 0.0) -> Tensor:

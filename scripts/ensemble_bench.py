@@ -55,7 +55,8 @@ def run(members: int, steps: int, device: torch.device, name: str) -> dict:
     cfgs = [headline_config(name, device) for _ in range(members)]
     for i, cfg in enumerate(cfgs):
         cfg.seed = i
-    alone = [setup_training(cfg, device) for cfg in cfgs]  # (task, model, step_model, optimizer, scheduler, dtype)
+    # each (task, model, step_model, optimizer, scheduler, autocast dtype)
+    alone = [setup_training(cfg, device) for cfg in cfgs]
     task, cfg = alone[0][0], cfgs[0]
     # the stacked copies start from the same weights as the models alone
     params, buffers = stack_module_state([a[1] for a in alone])

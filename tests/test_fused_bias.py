@@ -246,7 +246,8 @@ def test_fox_and_cope_on_cuda_equal_the_float64_reference():
     q, k, v = (torch.randn(2, 2, 700, 8, generator=gen) for _ in range(3))
     want = _fox_float64_reference(q, k, v, x, layer)
     cuda = [t.cuda().requires_grad_() for t in (q, k, v)]
-    got = CausalAttention()(*cuda, torch.arange(700).cuda(), layer.cuda(), data_bias=layer.data_bias(x.cuda(), *cuda[:2]))
+    data_bias = layer.cuda().data_bias(x.cuda(), *cuda[:2])
+    got = CausalAttention()(*cuda, torch.arange(700).cuda(), layer, data_bias=data_bias)
     torch.testing.assert_close(got.double().cpu(), want, atol=1e-4, rtol=0)
     got.sum().backward()
     assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in cuda)

@@ -11,7 +11,10 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["cope_positions", "cope_bias", "cope_attention", "cope_band_attention", "fox_log_lambda", "fox_bias", "pope_inv_freq", "pope_qk"]
+from posenc.functional._softmax_parts import fused_cpu_attention, merge_attention_
+
+__all__ = ["cope_positions", "cope_bias", "cope_attention", "cope_band_attention", "fox_log_lambda", "fox_bias",
+           "pope_inv_freq", "pope_qk"]
 
 
 def cope_positions(logits: Tensor) -> Tensor:
@@ -75,7 +78,8 @@ def cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: 
         return _cope_attention(q, k, v, pos_emb, dropout_p, block_elements)
 
 
-def _cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: float, block_elements: int) -> Tensor:
+def _cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: float,
+                    block_elements: int) -> Tensor:
     b, h, s, d = q.shape
     work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     q_scaled = q.to(work) * d**-0.5
@@ -88,8 +92,7 @@ def _cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p:
     out = []
     for start in range(0, s, block):
         end = min(start + block, s)
-        z = q[..., start:end, :].to(work) @ emb  # q_i . e[p] for every integer p, [b, n_h, bq, n_pos]
-        z = torch.cat((z, z[..., -1:]), dim=-1)  # e[n_pos] := e[n_pos - 1]: p clamped there has weight 0 on it
+        z = _cope_table(q[..., start:end, :].to(work), emb)  # [b, n_h, bq, n_pos + 1]
         logits = q_scaled[..., start:end, :] @ k_rev[..., s - end :, :].transpose(-1, -2)  # [b, n_h, bq, end]
         column = torch.arange(end, device=q.device)
         future = column[None, :] < (end - 1 - torch.arange(start, end, device=q.device))[:, None]  # key > query
@@ -102,17 +105,13 @@ def _cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p:
             scores = logits + torch.lerp(z_low, z_high, weight)
             attn = torch.nn.functional.dropout(scores.softmax(-1), dropout_p)
         else:
-            p = torch.sigmoid(logits).cumsum_(-1).clamp_(max=last)
-            low = p.floor().long()
-            weight = p.sub_(low)
-            z_low = z.gather(-1, low)
-            scores = logits.add_(z_low.lerp_(z.gather(-1, low.add_(1)), weight))
-            attn = scores.softmax(-1)
+            attn = _add_cope_bias_(logits, z, torch.sigmoid(logits).cumsum_(-1)).softmax(-1)
         out.append(attn @ v_rev[..., s - end :, :])
     return (out[0] if len(out) == 1 else torch.cat(out, dim=-2)).to(q.dtype)
 
 
-def cope_band_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, band: int, query_block: int) -> Tensor | None:
+def cope_band_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, band: int,
+                        query_block: int) -> Tensor | None:
     """Causal CoPE attention (:func:`cope_attention`) as fused causal SDPA for the far keys plus
     CoPE's own computation on a band of the ``band`` nearest keys, where the counts allow it; else None.
 
@@ -120,8 +119,8 @@ def cope_band_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, band: 
     (Golovneva et al. 2024, the paper's code), where the bias is ``q_i . e[n_pos - 1]``, a constant of the
     query. If every query's count over its ``band`` nearest keys has reached ``n_pos - 1``, the farther keys
     ``j <= i - band`` all carry that constant: queries ``band..s-1`` against keys ``0..s-1-band`` are one fused
-    causal call with no bias (as :func:`posenc.fused_bias.far_constant_attention`), its log-sum-exp shifted by the constant, merged
-    exactly with the band's softmax. Inference, CPU, fp32 or fp64; memory linear; time fused causal SDPA's plus
+    causal call with no bias (as :func:`posenc.fused_bias.far_constant_attention`), its log-sum-exp shifted by
+    the constant, merged exactly with the band's softmax. Inference, CPU, fp32 or fp64; memory linear; time fused causal SDPA's plus
     about ``band / (s / 2)`` of the whole computation's.
 
     Args:
@@ -151,24 +150,29 @@ def cope_band_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, band: 
         counts = torch.sigmoid(scores).cumsum_(-1)  # p_ij, counted from the query back
         if not bool(((counts[..., -1] >= last) | (rows < band)).all()):
             return None  # some query with far keys has not counted to n_pos - 1 within the band
-        counts.clamp_(max=last)
-        z = q[:, :, start:end] @ pos_emb  # [b, n_h, bq, n_pos]
-        z = torch.cat((z, z[..., -1:]), dim=-1)  # e[n_pos] := e[n_pos - 1]: weight 0 there
-        low = counts.floor().long()
-        weight = counts.sub_(low)
-        scores.add_(z.gather(-1, low).lerp_(z.gather(-1, low.add_(1)), weight))
+        _add_cope_bias_(scores, _cope_table(q[:, :, start:end], pos_emb), counts)
         lse = torch.logsumexp(scores, dim=-1, keepdim=True)
         out[:, :, start:end] = scores.sub_(lse).exp_() @ v[:, :, first:end].flip(-2)
         band_lse[:, :, start:end] = lse[..., 0]
-    fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # returns the log-sum-exp too
-    far, far_lse = fused(q[:, :, band:], k[:, :, : s - band], v[:, :, : s - band], 0.0, True)
-    far_lse = far_lse + far_bias
-    own_lse = band_lse[:, :, band:]
-    lse = torch.logaddexp(far_lse, own_lse).unsqueeze(-1)
-    merged = out[:, :, band:]  # a view: written in place
-    merged.mul_((own_lse.unsqueeze(-1) - lse).exp_())
-    merged.addcmul_(far, (far_lse.unsqueeze(-1) - lse).exp_())
+    far, far_lse = fused_cpu_attention(q[:, :, band:], k[:, :, : s - band], v[:, :, : s - band], 0.0, True)
+    merge_attention_(out[:, :, band:], band_lse[:, :, band:], far, far_lse + far_bias)  # a view: in place
     return out
+
+
+def _cope_table(query: Tensor, pos_emb: Tensor) -> Tensor:
+    """``q_i . e[p]`` for every integer position ``p`` and one more, ``e[n_pos] := e[n_pos - 1]`` (a count
+    clamped at ``n_pos - 1`` interpolates towards it with weight 0): ``[..., s_q, n_pos + 1]``."""
+    z = query @ pos_emb
+    return torch.cat((z, z[..., -1:]), dim=-1)
+
+
+def _add_cope_bias_(scores: Tensor, table: Tensor, counts: Tensor) -> Tensor:
+    """In place, without autograd: ``scores += q_i . e(p_ij)`` (:func:`cope_bias`) for counts ``p_ij``
+    (clamped to ``n_pos - 1`` here, and overwritten) and ``table`` from :func:`_cope_table`; returns ``scores``."""
+    counts.clamp_(max=table.shape[-1] - 2)
+    low = counts.floor().long()
+    weight = counts.sub_(low)
+    return scores.add_(table.gather(-1, low).lerp_(table.gather(-1, low.add_(1)), weight))
 
 
 def fox_log_lambda(gate_logits: Tensor) -> Tensor:

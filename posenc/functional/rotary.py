@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor
 
+from posenc.functional._softmax_parts import fused_cpu_attention, merge_attention_
+
 # xPos's published constants (Sun et al. 2023, §3.2, and the torchscale reference code): every default
 # below and the xpos encoder's read them from here.
 XPOS_GAMMA = 0.4  # zeta_j = (2j/d + gamma) / (1 + gamma)
@@ -363,7 +365,6 @@ def xpos_window_attention(q: Tensor, k: Tensor, v: Tensor, gamma: float = XPOS_G
     s, head_dim = q.shape[-2], q.shape[-1]
     positions = torch.arange(s, device=q.device, dtype=torch.float64)
     window, width = xpos_windows(positions, 0.0, head_dim, gamma, scale_base)
-    fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # returns the log-sum-exp too
     out = torch.empty_like(q)
     bounds = torch.searchsorted(window, torch.arange(int(window[-1]) + 2, device=q.device)).tolist()
     for w, (start, end) in enumerate(zip(bounds, bounds[1:])):
@@ -374,15 +375,13 @@ def xpos_window_attention(q: Tensor, k: Tensor, v: Tensor, gamma: float = XPOS_G
         k_decay = xpos_decay((centre - positions[:end]).clamp(min=0), head_dim, gamma, scale_base)
         scaled_q, scaled_k = q[..., start:end, :] * q_decay.to(q.dtype), k[..., :end, :] * k_decay.to(k.dtype)
         rows = slice(start, end)
-        own, own_lse = fused(scaled_q, scaled_k[..., rows, :], v[..., rows, :], 0.0, True, scale=1.0)
-        if start == 0:
-            out[..., rows, :] = own
-            continue
-        before, before_lse = fused(scaled_q, scaled_k[..., :start, :], v[..., :start, :], 0.0, False, scale=1.0)
-        lse = torch.logaddexp(own_lse, before_lse).unsqueeze(-1)
-        merged = out[..., rows, :]  # a view: written in place
-        torch.mul(own, (own_lse.unsqueeze(-1) - lse).exp_(), out=merged)
-        merged.addcmul_(before, (before_lse.unsqueeze(-1) - lse).exp_())
+        own, own_lse = fused_cpu_attention(scaled_q, scaled_k[..., rows, :], v[..., rows, :], 0.0, True,
+                                           scale=1.0)
+        if start > 0:
+            before, before_lse = fused_cpu_attention(scaled_q, scaled_k[..., :start, :], v[..., :start, :], 0.0,
+                                                     False, scale=1.0)
+            merge_attention_(own, own_lse, before, before_lse)
+        out[..., rows, :] = own
     return out
 
 
