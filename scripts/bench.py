@@ -512,6 +512,11 @@ def _step_rows(args, device, autocast) -> pd.DataFrame:
                      **{f"{k}_ms": 1e3 * v for k, v in steps.median().items()},
                      **_profiled_shares(benches[name][0], device, n)})
     table = pd.DataFrame(rows)
+    # What MFU the step would reach if the time outside some kernels vanished: with only its matmuls,
+    # attention, norms/activations and optimizer kernels left (no small ops, no Python), and with matmuls alone
+    kernels = table[["matmul_share", "attention_share", "norm_activation_share", "optimizer_share"]].sum(axis=1)
+    table["mfu_if_only_kernels"] = table["mfu"] / kernels
+    table["mfu_if_only_matmuls"] = table["mfu"] / table["matmul_share"]
     table.attrs["matmul_gflops"] = peak / 1e9
     return table
 

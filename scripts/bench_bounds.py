@@ -6,9 +6,10 @@ here cost for the work each encoder needs, measured in one run, so that README's
 Rows (times are medians; "floor" is the ratio to rope the kernel alone imposes, whatever the encoder's own work):
 
 - forward, 8192 tokens, batch 1 (the bench's model: d_model 128, 4 heads of 32, 2 layers): fused causal SDPA at
-  head width 32 (rope), 64 (PoPE's queries and keys, values padded) and FlexAttention with a score_mod that
-  adds nothing (FIRE's kernel); rope's whole forward gives the share of attention in it, and the floor is
-  ``(1 - share) + share * kernel / sdpa``;
+  head width 32 (rope), 64 (PoPE's queries and keys, values padded); FlexAttention with a score_mod that adds
+  nothing and with the least FIRE's does (its normalised distance and a straight MLP); fused SDPA reading a bias
+  computed outside it at no cost (FIRE's other route); rope's whole forward gives the share of attention in it,
+  and the floor is ``(1 - share) + share * kernel / sdpa``;
 - training, batch 32 x 128 tokens (the bench's training shape), forward and backward of one layer's attention:
   SDPA at width 32 and 64 (PoPE), CoPE's attention (posenc.functional.cope_attention); the floor is the step
   time of rope with those layers swapped, ``step / (step + layers * (kernel - sdpa))``, with rope's step timed here;
@@ -58,11 +59,46 @@ def forward_rows(length: int) -> list[dict]:
         wide = median_time(lambda: F.scaled_dot_product_attention(wide_q, wide_k, padded, is_causal=True))
         backend = CausalAttention()
         flex = median_time(lambda: backend.flex(q, k, v, lambda score, b, h, q_idx, kv_idx: score), 3)
+        fire_least = median_time(lambda: backend.flex(q, k, v, least_fire_score_mod(length)), 3)
+        fire_outside = median_time(bias_outside_the_kernel(q, k, v), 3)
     share = model.cfg.n_layers * sdpa / whole
     return [{"measure": f"forward {length}", "kernel": name, "seconds": t, "vs_sdpa": t / sdpa,
              "attention_share_of_rope": share, "floor_vs_rope": 1 - share + share * t / sdpa}
             for name, t in (("fused SDPA, width 32 (rope)", sdpa), ("fused SDPA, width 64 (pope)", wide),
-                            ("FlexAttention, empty score_mod (fire)", flex))]
+                            ("FlexAttention, empty score_mod", flex),
+                            ("FlexAttention, FIRE with a straight MLP (fire)", fire_least),
+                            ("fused SDPA + a bias computed outside, for free (fire)", fire_outside))]
+
+
+def least_fire_score_mod(length: int):
+    """The least a FIRE score_mod does: its normalised distance ``psi(i - j) / psi(max(L, i))`` from two tables
+    (as posenc's FIRE.score_mod) and an MLP with no kink in ``[0, 1]``, one multiply-add per head. A trained
+    FIRE adds three operations per unit that bends there."""
+    positions = torch.arange(length, dtype=torch.float32)
+    psi, inv_norm = torch.log1p(0.1 * positions), 1 / torch.log1p(0.1 * positions.clamp(min=32.0))
+    slope, intercept = torch.linspace(-1, 1, 4), torch.linspace(0, 1, 4)
+
+    def fire(score, b, h, q_idx, kv_idx):
+        return score + slope[h] * (psi[(q_idx - kv_idx).abs()] * inv_norm[q_idx]) + intercept[h]
+
+    return fire
+
+
+def bias_outside_the_kernel(q, k, v, block: int = 256):
+    """Fused SDPA reading a float bias per block of ``block`` queries (``[n_h, block, keys up to the block's
+    end]``) that costs nothing to compute: zeros allocated once (and no causal mask inside the diagonal block,
+    which only makes it cheaper). FIRE's bias depends on the query as well as the distance, so outside a kernel it
+    is one value per score to write and read."""
+    length = q.shape[-2]
+    zeros = torch.zeros(q.shape[1], block, length)
+
+    def attend():
+        for start in range(0, length, block):
+            end = min(start + block, length)
+            F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, :end], v[:, :, :end],
+                                           attn_mask=zeros[:, : end - start, :end])
+
+    return attend
 
 
 def training_rows(batch: int = 32, length: int = 128) -> list[dict]:

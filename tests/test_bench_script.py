@@ -38,6 +38,9 @@ def test_bench_quick_run_writes_every_table(tmp_path):
     assert (phases <= step["ms_per_step"] * 1.5).all() and (step["matmul_share"] > 0).all()
     shares = step.filter(like="_share").sum(axis=1)
     assert ((shares > 0.5) & (shares < 1.5)).all()  # the categories and the rest cover the profiled time
+    kernels = step[["matmul_share", "attention_share", "norm_activation_share", "optimizer_share"]].sum(axis=1)
+    assert (step["mfu_if_only_kernels"] - step["mfu"] / kernels).abs().max() < 1e-9
+    assert (step["mfu_if_only_matmuls"] >= step["mfu_if_only_kernels"]).all()
     rope = pd.read_csv(out / "rope.csv")
     assert rope["ms"].gt(0).all() and rope["vs_rotate_half"].iloc[-1] == 1.0
     assert "Training throughput" in (out / "bench.md").read_text()
@@ -140,7 +143,8 @@ def test_the_bounds_script_writes_what_each_kernel_allows(tmp_path):
                              "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     table = pd.read_csv(tmp_path / "bounds.csv")
-    assert list(table["measure"]) == ["forward 256"] * 3 + ["training 32x128"] * 3 + ["headline step, one thread"]
-    rows = table.iloc[:6]
-    assert (rows["floor_vs_rope"] > 0).all() and (rows.loc[[0, 3], "vs_sdpa"] == 1.0).all()
+    assert list(table["measure"]) == ["forward 256"] * 5 + ["training 32x128"] * 3 + ["headline step, one thread"]
+    assert [name.endswith("(fire)") for name in table["kernel"].iloc[:5]] == [False, False, False, True, True]
+    rows = table.iloc[:8]
+    assert (rows["floor_vs_rope"] > 0).all() and (rows.loc[[0, 5], "vs_sdpa"] == 1.0).all()
     assert 0 < table["matmul_mfu_bound"].iloc[-1] < 3
