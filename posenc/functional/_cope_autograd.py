@@ -1,10 +1,10 @@
-"""CoPE attention for one block of queries with its backward written out (Golovneva et al. 2024, eqs. 3-5), so
-that a training step makes a few passes over the block's scores where autograd makes about twice as many
-(its flips for the reversed cumulative sum, the clamp's mask, the interpolation's arithmetic, a zero-filled
-copy per gather). Internal: :func:`posenc.functional.cope_attention` calls it when gradients are wanted and
+"""CoPE attention, a block of queries at a time, with its backward written out (Golovneva et al. 2024, eqs.
+3-5), so that a training step makes a few passes over each block's scores where autograd makes about twice as
+many (its flips for the reversed cumulative sum, the clamp's mask, the interpolation's arithmetic, a
+zero-filled copy per gather and per block's slice of the keys, values and queries). Internal: :func:`posenc.functional.cope_attention` calls it when gradients are wanted and
 there is no dropout; the tests pin it to the dense float64 computation's values and gradients.
 
-The forward, for queries ``q`` ``[b, n_h, bq, h_d]`` and the keys up to the block's last query in reverse order
+The forward of a block, for queries ``q`` ``[b, n_h, bq, h_d]`` and the keys up to its last query in reverse order
 (column ``c`` is key ``end - 1 - c``, future keys masked), is::
 
     l = q k^T / sqrt(h_d)                        # the logits, -inf on future keys
@@ -24,59 +24,95 @@ import torch
 from torch import Tensor
 
 
-class CopeBlock(torch.autograd.Function):
-    """``out [b, n_h, bq, h_d] = CoPE attention`` of a block of queries; see the module docstring.
+class CopeAttention(torch.autograd.Function):
+    """``out [b, n_h, s, h_d]``, causal CoPE attention, ``block`` queries at a time; see the module docstring.
 
     Args (of ``apply``):
-        q: ``[b, n_h, bq, h_d]``, the block's queries (unscaled).
-        keys_rev, values_rev: ``[b, n_h, end, h_d]``, keys and values ``end - 1 .. 0`` (reversed).
+        q, k, v: ``[b, n_h, s, h_d]`` (queries unscaled), in the dtype to compute in.
         pos_emb: ``[h_d, n_pos]``, the embeddings of positions ``0 .. n_pos - 1``.
-        future: ``[bq, end]`` bool, True where a key is in the query's future.
-        scale: ``h_d ** -0.5``.
+        block: queries per block.
     """
 
     @staticmethod
-    def forward(ctx, q: Tensor, keys_rev: Tensor, values_rev: Tensor, pos_emb: Tensor, future: Tensor,
-                scale: float) -> Tensor:
-        last = pos_emb.shape[-1] - 1  # counts clamp at n_pos - 1
-        z = q @ pos_emb
-        z = torch.cat((z, z[..., -1:]), dim=-1)  # [b, n_h, bq, n_pos + 1]: as _cope_table, z[n_pos] = z[n_pos - 1]
-        logits = (q * scale) @ keys_rev.transpose(-1, -2)  # [b, n_h, bq, end]
-        logits.masked_fill_(future, float("-inf"))
-        gates = torch.sigmoid(logits)
-        counts = gates.cumsum(-1)
-        low = counts.clamp_(max=last).floor().long()
-        weight = counts.sub_(low)  # p - floor p, in the counts' storage
-        z_low = z.gather(-1, low)
-        # z[floor p + 1] - z[floor p]: exactly 0 where p was clamped (two equal columns of z), so p's gradient is
-        # 0 there as torch.clamp's backward makes it, with no mask
-        z_step = z.gather(-1, low + 1).sub_(z_low)
-        attn = z_low.addcmul_(weight, z_step).add_(logits).softmax(-1)  # the scores, then softmax
-        out = attn @ values_rev
-        ctx.save_for_backward(q, keys_rev, values_rev, pos_emb, gates, low, weight, z_step, attn, out)
-        ctx.scale = scale
-        return out
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, block: int) -> Tensor:
+        s = q.shape[-2]
+        keys_rev, values_rev = k.flip(-2), v.flip(-2)  # column c of a block ending at e: key e - 1 - c
+        blocks, outputs = [], []
+        for start in range(0, s, block):
+            end = min(start + block, s)
+            state = _block_forward(q[..., start:end, :].contiguous(), keys_rev[..., s - end :, :],
+                                   values_rev[..., s - end :, :], pos_emb, start)
+            blocks.append((start, end, state))
+            outputs.append(state[-1])
+        # intermediates, kept on ctx (save_for_backward is for inputs and outputs); the blocks' own outputs too
+        ctx.blocks, ctx.keys_rev, ctx.values_rev, ctx.pos_emb = blocks, keys_rev, values_rev, pos_emb
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
-        q, keys_rev, values_rev, pos_emb, gates, low, weight, z_step, attn, out = ctx.saved_tensors
-        scale = ctx.scale
-        grad_out = grad_out.contiguous()
-        grad_values = attn.transpose(-1, -2) @ grad_out if ctx.needs_input_grad[2] else None
-        rowsum = (grad_out * out).sum(-1, keepdim=True)  # [b, n_h, bq, 1]
-        d_scores = (grad_out @ values_rev.transpose(-1, -2)).sub_(rowsum).mul_(attn)  # softmax's backward
-        # the interpolation: z[low] gets dS (1 - w), z[low + 1] gets dS w
-        high_part = d_scores * weight
-        d_table = torch.zeros(*low.shape[:-1], pos_emb.shape[-1] + 1, dtype=q.dtype, device=q.device)
-        d_table.scatter_add_(-1, low, d_scores - high_part).scatter_add_(-1, low + 1, high_part)
-        d_z = d_table[..., :-1]  # the last column got only dS w with w = 0 (counts clamped): nothing to add
-        # the counts (p's gradient), then the cumulative sum's (a reversed one)
-        d_counts = d_scores * z_step
-        d_gates = torch.sub(d_counts.sum(-1, keepdim=True), d_counts.cumsum(-1)).add_(d_counts)  # sum, t >= j
-        d_logits = torch.ops.aten.sigmoid_backward(d_gates, gates).add_(d_scores)  # d_gates g (1 - g), + dS
-        grad_q = torch.addmm(  # through the logits and through z = q e
-            (d_logits @ keys_rev).mul_(scale).flatten(0, -2), d_z.flatten(0, -2), pos_emb.T
-        ).view_as(q)
-        grad_keys = (d_logits.transpose(-1, -2) @ q).mul_(scale) if ctx.needs_input_grad[1] else None
-        grad_emb = q.flatten(0, -2).T @ d_z.flatten(0, -2) if ctx.needs_input_grad[3] else None
-        return grad_q, grad_keys, grad_values, grad_emb, None, None
+        keys_rev, values_rev, pos_emb = ctx.keys_rev, ctx.values_rev, ctx.pos_emb
+        s = keys_rev.shape[-2]
+        grad_q = grad_out.new_empty(grad_out.shape)
+        grad_keys, grad_values = torch.zeros_like(keys_rev), torch.zeros_like(values_rev)
+        grad_emb = torch.zeros_like(pos_emb)
+        for start, end, state in ctx.blocks:
+            _block_backward(grad_out[..., start:end, :].contiguous(), keys_rev[..., s - end :, :],
+                            values_rev[..., s - end :, :], pos_emb, state, grad_q[..., start:end, :],
+                            grad_keys[..., s - end :, :], grad_values[..., s - end :, :], grad_emb)
+        del ctx.blocks  # free the blocks' intermediates now
+        return grad_q, grad_keys.flip(-2), grad_values.flip(-2), grad_emb, None
+
+
+def _block_forward(q: Tensor, keys_rev: Tensor, values_rev: Tensor, pos_emb: Tensor, start: int) -> tuple:
+    """One block's forward (queries ``start .. start + bq - 1``, keys ``end - 1 .. 0``): what its backward needs,
+    its output last."""
+    bq, end = q.shape[-2], keys_rev.shape[-2]
+    n_pos = pos_emb.shape[-1]
+    last = n_pos - 1  # counts clamp at n_pos - 1
+    # A count over `end` keys is below `end` (at most `end` where fp32 gates round to 1), so positions past
+    # end + 1 are never looked up: early blocks need fewer columns of z (training at 128 tokens: 40% fewer)
+    used = min(n_pos, end + 2)
+    z = q @ pos_emb[:, :used]  # [b, n_h, bq, used]
+    if used == n_pos:  # as _cope_table: z[n_pos] = z[n_pos - 1], which clamped counts interpolate towards
+        z = torch.cat((z, z[..., -1:]), dim=-1)
+    column = torch.arange(end, device=q.device)
+    future = column[None, :] < (end - 1 - torch.arange(start, start + bq, device=q.device))[:, None]  # key > query
+    logits = (q * q.shape[-1] ** -0.5) @ keys_rev.transpose(-1, -2)  # [b, n_h, bq, end]
+    logits.masked_fill_(future, float("-inf"))
+    gates = torch.sigmoid(logits)
+    counts = gates.cumsum(-1)
+    floor = counts.clamp_(max=last).floor()
+    low = floor.long()
+    weight = counts.sub_(floor)  # p - floor p, in the counts' storage
+    z_low = z.gather(-1, low)
+    # z[floor p + 1] - z[floor p] (z shifted by one column: no low + 1 to form): exactly 0 where p was clamped
+    # (two equal columns of z), so p's gradient is 0 there as torch.clamp's backward makes it, with no mask
+    z_step = z[..., 1:].gather(-1, low).sub_(z_low)
+    attn = z_low.addcmul_(weight, z_step).add_(logits).softmax(-1)  # the scores, then softmax
+    return q, used, z.shape[-1], gates, low, weight, z_step, attn, attn @ values_rev
+
+
+def _block_backward(grad_out: Tensor, keys_rev: Tensor, values_rev: Tensor, pos_emb: Tensor, state: tuple,
+                    grad_q: Tensor, grad_keys: Tensor, grad_values: Tensor, grad_emb: Tensor) -> None:
+    """One block's backward, written into ``grad_q`` (its rows) and added into the keys', values' and
+    embeddings' gradients (views of the whole ones)."""
+    q, used, width, gates, low, weight, z_step, attn, out = state
+    scale = q.shape[-1] ** -0.5
+    grad_values += attn.transpose(-1, -2) @ grad_out
+    rowsum = (grad_out * out).sum(-1, keepdim=True)  # [b, n_h, bq, 1]
+    d_scores = (grad_out @ values_rev.transpose(-1, -2)).sub_(rowsum).mul_(attn)  # softmax's backward
+    # the interpolation: z[low] gets dS (1 - w), z[low + 1] gets dS w
+    high_part = d_scores * weight
+    d_table = torch.zeros(*low.shape[:-1], width, dtype=q.dtype, device=q.device)
+    d_table.scatter_add_(-1, low, d_scores - high_part)
+    d_table[..., 1:].scatter_add_(-1, low, high_part)  # z[low + 1]'s share, through the shifted view
+    d_z = d_table[..., :used]  # a repeated last column got only dS w with w = 0 (counts clamped): nothing to add
+    # the counts (p's gradient), then the cumulative sum's (a reversed one)
+    d_counts = d_scores * z_step
+    d_gates = torch.sub(d_counts.sum(-1, keepdim=True), d_counts.cumsum(-1)).add_(d_counts)  # sum, t >= j
+    d_logits = torch.ops.aten.sigmoid_backward(d_gates, gates).add_(d_scores)  # d_gates g (1 - g), + dS
+    # through the logits and through z = q e
+    grad_q.copy_(torch.addmm((d_logits @ keys_rev).mul_(scale).flatten(0, -2), d_z.flatten(0, -2),
+                             pos_emb[:, :used].T).view_as(q))
+    grad_keys += (d_logits.transpose(-1, -2) @ q).mul_(scale)
+    grad_emb[:, :used] += q.flatten(0, -2).T @ d_z.flatten(0, -2)

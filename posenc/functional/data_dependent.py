@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor
 
-from posenc.functional._cope_autograd import CopeBlock
+from posenc.functional._cope_autograd import CopeAttention
 from posenc.functional._softmax_parts import fused_cpu_attention, merge_attention_
 
 __all__ = ["cope_positions", "cope_bias", "cope_attention", "cope_band_attention", "fox_log_lambda", "fox_bias",
@@ -64,9 +64,9 @@ def cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: 
     ``p_ij`` (:func:`cope_positions`, :func:`cope_bias`). Computed once for both, a block of queries at a time
     (at most 32 queries and ``block_elements`` scores: memory linear in ``s``), with the keys in reverse order so
     that the count from the query back to each key is a forward cumulative sum (no flips of the score block).
-    Without autograd every step after the logits is in place; with autograd and no dropout each block is one
-    ``CopeBlock`` (``posenc/functional/_cope_autograd.py``), whose backward is written out (training at the
-    bench's shape: 0.86x the time of autograd's through the same operations).
+    Without autograd every step after the logits is in place; with autograd and no dropout it is one
+    ``CopeAttention`` (``posenc/functional/_cope_autograd.py``), whose backward is written out (training at the
+    bench's shape: 0.6x the time of autograd's through the same operations).
 
     Args:
         q, k, v: ``[b, n_h, s, h_d]``; counts and scores in float32 at least (bfloat16 cannot count past 256).
@@ -91,17 +91,15 @@ def _cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p:
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, pos_emb))
     # 32 queries at most: a block attends to the keys up to its last query, so smaller blocks skip more of the
     # future (training at 128 tokens, batch 32, 4 heads, forward and backward, two threads: blocks of 128, 64,
-    # 32, 16 queries 45, 36 (31 with CopeBlock), 27.5, 30 ms; inference at 2048 and 8192: 32 as fast as 64)
+    # 32, 16 queries 45, 36 (31 with the backward written out), 27.5, 30 ms; inference at 2048 and 8192: 32 as fast as 64)
     block = max(1, min(s, 32, block_elements // max(1, b * h * s)))
+    if grad and dropout_p == 0.0:  # the backward written out: about half autograd's passes over the scores
+        return CopeAttention.apply(q.to(work), k.to(work), v.to(work), emb, block).to(q.dtype)
     out = []
     for start in range(0, s, block):
         end = min(start + block, s)
         column = torch.arange(end, device=q.device)
         future = column[None, :] < (end - 1 - torch.arange(start, end, device=q.device))[:, None]  # key > query
-        if grad and dropout_p == 0.0:  # the backward written out: about half the passes over the scores
-            out.append(CopeBlock.apply(q[..., start:end, :].to(work).contiguous(), k_rev[..., s - end :, :],
-                                       v_rev[..., s - end :, :], emb, future, d**-0.5))
-            continue
         z = _cope_table(q[..., start:end, :].to(work), emb)  # [b, n_h, bq, n_pos + 1]
         logits = q_scaled[..., start:end, :] @ k_rev[..., s - end :, :].transpose(-1, -2)  # [b, n_h, bq, end]
         logits = logits.masked_fill_(future, float("-inf"))  # the matmul's own output: in place is safe

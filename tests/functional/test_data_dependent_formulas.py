@@ -166,7 +166,7 @@ def test_pope_matches_its_reference_implementation(where):
 
 @pytest.mark.parametrize("leaves", ["q", "k", "v", "pos_emb"])
 def test_cope_attention_gradient_of_each_input_alone_equals_the_papers_computation(leaves):
-    """CoPE's written-out backward (``CopeBlock``) when one input alone wants a gradient: that gradient is the
+    """CoPE's written-out backward (``CopeAttention``) when one input alone wants a gradient: that gradient is the
     dense float64 computation's, at a length of several blocks with counts clamped."""
     gen = torch.Generator().manual_seed(3)
     inputs = dict(zip(("q", "k", "v"), (torch.randn(2, 3, 70, 8, generator=gen, dtype=torch.float64) * 2
@@ -198,3 +198,22 @@ def test_cope_attention_float32_gradients_are_as_close_to_float64_as_autograds()
     for got, reference, want in zip(gradients(F.cope_attention, torch.float32),
                                     gradients(_cope_dense, torch.float32), exact):
         assert (got - want).abs().max() <= 2 * (reference - want).abs().max() + 1e-6
+
+
+def test_cope_attention_with_gates_that_round_to_one_counts_every_key():
+    """Logits so large that every gate is exactly 1: a query's count back to the first key is the number of keys,
+    the largest position any block looks up (its last column of ``q . e``); values and gradients as dense."""
+    gen = torch.Generator().manual_seed(5)
+    direction = torch.randn(8, generator=gen, dtype=torch.float64)
+    base = direction.expand(1, 2, 45, 8) * 40 + 0.1 * torch.randn(1, 2, 45, 8, generator=gen, dtype=torch.float64)
+    inputs = [base, base.clone(), torch.randn(1, 2, 45, 8, generator=gen, dtype=torch.float64),
+              torch.randn(8, 64, generator=gen, dtype=torch.float64)]
+    results = []
+    for fn in (F.cope_attention, _cope_dense):
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        out = fn(*leaves)
+        out.sum().backward()
+        results.append([out, *(t.grad for t in leaves)])
+    assert bool((torch.sigmoid(inputs[0] @ inputs[1].transpose(-1, -2) / 8**0.5) == 1).all())
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want)
