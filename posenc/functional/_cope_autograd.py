@@ -1,11 +1,12 @@
 """CoPE attention, a block of queries at a time, with its backward written out (Golovneva et al. 2024, eqs.
 3-5), so that a training step makes a few passes over each block's scores where autograd makes about twice as
 many (its flips for the reversed cumulative sum, the clamp's mask, the interpolation's arithmetic, a
-zero-filled copy per gather and per block's slice of the keys, values and queries). Internal: :func:`posenc.functional.cope_attention` calls it when gradients are wanted and
-there is no dropout; the tests pin it to the dense float64 computation's values and gradients.
+zero-filled copy per gather and per block's slice of the keys, values and queries). Internal:
+:func:`posenc.functional.cope_attention` calls it when gradients are wanted and there is no dropout; the tests
+pin it to the dense float64 computation's values and gradients.
 
-The forward of a block, for queries ``q`` ``[b, n_h, bq, h_d]`` and the keys up to its last query in reverse order
-(column ``c`` is key ``end - 1 - c``, future keys masked), is::
+The forward of a block, for queries ``q`` ``[b, n_h, bq, h_d]`` and the keys up to its last query in reverse
+order (column ``c`` is key ``end - 1 - c``, future keys masked), is::
 
     l = q k^T / sqrt(h_d)                        # the logits, -inf on future keys
     g = sigmoid(l);  p = min(cumsum(g), last)    # counts from the query back (eq. 3), clamped
@@ -14,8 +15,8 @@ The forward of a block, for queries ``q`` ``[b, n_h, bq, h_d]`` and the keys up 
 
 and the backward, with ``G`` the output's gradient:
 ``dS = a * (G v^T - rowsum(G * out))`` (softmax's; ``rowsum(a * G v^T) = G . out``), ``dz`` the scatter of
-``dS (1 - w)`` and ``dS w`` onto ``floor p`` and ``floor p + 1``, ``dp = dS (z_high - z_low)`` (0 where ``p`` was
-clamped), ``dg`` its reversed cumulative sum, ``dl = dS + dg g (1 - g)``.
+``dS (1 - w)`` and ``dS w`` onto ``floor p`` and ``floor p + 1``, ``dp = dS (z_high - z_low)`` (0 where ``p``
+was clamped), ``dg`` its reversed cumulative sum, ``dl = dS + dg g (1 - g)``.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class CopeAttention(torch.autograd.Function):
                                    values_rev[..., s - end :, :], pos_emb, start)
             blocks.append((start, end, state))
             outputs.append(state[-1])
-        # intermediates, kept on ctx (save_for_backward is for inputs and outputs); the blocks' own outputs too
+        # intermediates kept on ctx (save_for_backward is for inputs and outputs), the blocks' outputs too
         ctx.blocks, ctx.keys_rev, ctx.values_rev, ctx.pos_emb = blocks, keys_rev, values_rev, pos_emb
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
 
@@ -63,9 +64,16 @@ class CopeAttention(torch.autograd.Function):
         return grad_q, grad_keys.flip(-2), grad_values.flip(-2), grad_emb, None
 
 
+def future_of_reversed_keys(start: int, end: int, device: torch.device) -> Tensor:
+    """``[end - start, end]`` bool: True where key ``end - 1 - c`` (column ``c``, keys reversed) is in the
+    future of query ``start + r`` (row ``r``)."""
+    column = torch.arange(end, device=device)
+    return column[None, :] < (end - 1 - torch.arange(start, end, device=device))[:, None]
+
+
 def _block_forward(q: Tensor, keys_rev: Tensor, values_rev: Tensor, pos_emb: Tensor, start: int) -> tuple:
-    """One block's forward (queries ``start .. start + bq - 1``, keys ``end - 1 .. 0``): what its backward needs,
-    its output last."""
+    """One block's forward (queries ``start .. start + bq - 1``, keys ``end - 1 .. 0``): what its backward
+    needs, its output last."""
     bq, end = q.shape[-2], keys_rev.shape[-2]
     n_pos = pos_emb.shape[-1]
     last = n_pos - 1  # counts clamp at n_pos - 1
@@ -75,10 +83,8 @@ def _block_forward(q: Tensor, keys_rev: Tensor, values_rev: Tensor, pos_emb: Ten
     z = q @ pos_emb[:, :used]  # [b, n_h, bq, used]
     if used == n_pos:  # as _cope_table: z[n_pos] = z[n_pos - 1], which clamped counts interpolate towards
         z = torch.cat((z, z[..., -1:]), dim=-1)
-    column = torch.arange(end, device=q.device)
-    future = column[None, :] < (end - 1 - torch.arange(start, start + bq, device=q.device))[:, None]  # key > query
     logits = (q * q.shape[-1] ** -0.5) @ keys_rev.transpose(-1, -2)  # [b, n_h, bq, end]
-    logits.masked_fill_(future, float("-inf"))
+    logits.masked_fill_(future_of_reversed_keys(start, start + bq, q.device), float("-inf"))
     gates = torch.sigmoid(logits)
     counts = gates.cumsum(-1)
     floor = counts.clamp_(max=last).floor()
@@ -106,7 +112,7 @@ def _block_backward(grad_out: Tensor, keys_rev: Tensor, values_rev: Tensor, pos_
     d_table = torch.zeros(*low.shape[:-1], width, dtype=q.dtype, device=q.device)
     d_table.scatter_add_(-1, low, d_scores - high_part)
     d_table[..., 1:].scatter_add_(-1, low, high_part)  # z[low + 1]'s share, through the shifted view
-    d_z = d_table[..., :used]  # a repeated last column got only dS w with w = 0 (counts clamped): nothing to add
+    d_z = d_table[..., :used]  # a repeated last column got only dS w, w = 0 (counts clamped): nothing to add
     # the counts (p's gradient), then the cumulative sum's (a reversed one)
     d_counts = d_scores * z_step
     d_gates = torch.sub(d_counts.sum(-1, keepdim=True), d_counts.cumsum(-1)).add_(d_counts)  # sum, t >= j

@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor
 
-from posenc.functional._cope_autograd import CopeAttention
+from posenc.functional._cope_autograd import CopeAttention, future_of_reversed_keys
 from posenc.functional._softmax_parts import fused_cpu_attention, merge_attention_
 
 __all__ = ["cope_positions", "cope_bias", "cope_attention", "cope_band_attention", "fox_log_lambda", "fox_bias",
@@ -85,21 +85,21 @@ def _cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p:
                     block_elements: int) -> Tensor:
     b, h, s, d = q.shape
     work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    q_scaled = q.to(work) * d**-0.5
-    k_rev, v_rev = k.to(work).flip(-2), v.to(work).flip(-2)  # column c of a block ending at e: key e - 1 - c
     emb, last = pos_emb.to(work), pos_emb.shape[-1] - 1
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, pos_emb))
     # 32 queries at most: a block attends to the keys up to its last query, so smaller blocks skip more of the
     # future (training at 128 tokens, batch 32, 4 heads, forward and backward, two threads: blocks of 128, 64,
-    # 32, 16 queries 45, 36 (31 with the backward written out), 27.5, 30 ms; inference at 2048 and 8192: 32 as fast as 64)
+    # 32, 16 queries 45, 36 (31 with the backward written out), 27.5, 30 ms; inference at 2048 and 8192
+    # tokens: 32 as fast as 64)
     block = max(1, min(s, 32, block_elements // max(1, b * h * s)))
     if grad and dropout_p == 0.0:  # the backward written out: about half autograd's passes over the scores
         return CopeAttention.apply(q.to(work), k.to(work), v.to(work), emb, block).to(q.dtype)
+    q_scaled = q.to(work) * d**-0.5
+    k_rev, v_rev = k.to(work).flip(-2), v.to(work).flip(-2)  # column c of a block ending at e: key e - 1 - c
     out = []
     for start in range(0, s, block):
         end = min(start + block, s)
-        column = torch.arange(end, device=q.device)
-        future = column[None, :] < (end - 1 - torch.arange(start, end, device=q.device))[:, None]  # key > query
+        future = future_of_reversed_keys(start, end, q.device)
         z = _cope_table(q[..., start:end, :].to(work), emb)  # [b, n_h, bq, n_pos + 1]
         logits = q_scaled[..., start:end, :] @ k_rev[..., s - end :, :].transpose(-1, -2)  # [b, n_h, bq, end]
         logits = logits.masked_fill_(future, float("-inf"))  # the matmul's own output: in place is safe
