@@ -15,6 +15,11 @@ Rows (times are medians; "floor" is the ratio to rope the kernel alone imposes, 
   time of rope with those layers swapped, ``step / (step + layers * (kernel - sdpa))``, with rope's step timed here;
 - the headline's step (d_model 64, 3 layers, batch 64 x 32 tokens, one thread): the rate of each of its matmuls
   (forward and both backward products) against a 1024^3 matmul: the MFU its matmuls alone would allow.
+
+Then the arithmetic (``arithmetic.csv``, the second table of bounds.md, from ``scripts/work_per_score.py``): for each
+target the kernels above miss, the work per score (matmul FLOPs, other operations, bytes to memory) against this
+machine's matmul rate and memory bandwidth, measured here, and whether physics or only the kernels stand between
+the target and posenc.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import VOCAB, machine, posenc_model  # noqa: E402
+from bench import VOCAB, headline_config, machine, posenc_model, train_flops_per_token  # noqa: E402
+
+from work_per_score import arithmetic_rows, machine_limits  # noqa: E402
 
 from posenc.attention import CausalAttention  # noqa: E402
 from posenc.files import atomic_write_text  # noqa: E402
@@ -154,6 +161,25 @@ def matmul_rows() -> list[dict]:
              "floor_vs_rope": float("nan"), "matmul_mfu_bound": flops / seconds / peak}]
 
 
+def headline_work(out: Path) -> dict:
+    """The headline step's shape and matmul FLOPs per token (its config, composed as ``posenc train`` does), and
+    the MFU its kernels alone allow if the bench's step section wrote it to ``out/step.csv`` (else NaN)."""
+    cfg = headline_config("rope", torch.device("cpu"))
+    task, _, model = cfg.build()
+    m, length = cfg.model, cfg.training_lengths(task)[1]
+    step = out / "step.csv"
+    floor = float("nan")
+    if step.exists():
+        table = pd.read_csv(step).set_index("encoder")
+        floor = float(table.loc["rope", "mfu_if_only_kernels"]) if "rope" in table.index else floor
+    params = sum(p.numel() for p in model.parameters())
+    shape = {"d_model": m.d_model, "d_mlp": m.d_mlp, "n_layers": m.n_layers, "n_heads": m.n_heads,
+             "length": length, "vocab": task.vocab_size, "params": params,
+             "tokens_per_step": cfg.train.batch_size * length}
+    return {"shape": shape, "kernel_floor": floor,
+            "matmul_flops_per_token": train_flops_per_token(model, m.n_layers, m.d_model, length)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
@@ -161,13 +187,19 @@ def main() -> None:
     args = parser.parse_args()
     start = time.perf_counter()
     table = pd.DataFrame(forward_rows(args.length) + training_rows() + matmul_rows())
+    limits = machine_limits()
+    arithmetic = pd.DataFrame(arithmetic_rows(table, limits, args.length, headline=headline_work(args.out)))
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "bounds.csv", table.to_csv(index=False))
+    atomic_write_text(args.out / "arithmetic.csv", arithmetic.to_csv(index=False))
     markdown = table.to_markdown(index=False, floatfmt=".4g")
+    sums = arithmetic.to_markdown(index=False, floatfmt=".4g")
     atomic_write_text(args.out / "bounds.md", f"# What the kernels allow (scripts/bench_bounds.py)\n\nMachine: "
                       f"{machine(torch.device('cpu'))}; fp32. Command: `python {' '.join(sys.argv)}` "
-                      f"({time.perf_counter() - start:.0f} s).\n\n{markdown}\n")
+                      f"({time.perf_counter() - start:.0f} s).\n\n{markdown}\n\n"
+                      f"## What physics allows (scripts/work_per_score.py)\n\n{limits.describe()}\n\n{sums}\n")
     print(markdown)
+    print(sums)
 
 
 if __name__ == "__main__":

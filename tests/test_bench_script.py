@@ -148,3 +148,8 @@ def test_the_bounds_script_writes_what_each_kernel_allows(tmp_path):
     rows = table.iloc[:8]
     assert (rows["floor_vs_rope"] > 0).all() and (rows.loc[[0, 5], "vs_sdpa"] == 1.0).all()
     assert 0 < table["matmul_mfu_bound"].iloc[-1] < 3
+    arithmetic = pd.read_csv(tmp_path / "arithmetic.csv")  # the work per score against the machine's limits
+    assert list(arithmetic["encoder"]) == ["pope", "fire", "fire_outside", "cope", "pope", "rope"]
+    assert (arithmetic["bound_at_machine_limits"] > 0).all() and arithmetic["verdict"].str.len().gt(0).all()
+    assert arithmetic["kernel_floor"].iloc[:5].tolist() == [table["floor_vs_rope"][i] for i in (1, 3, 4, 7, 6)]
+    assert "## What physics allows" in (tmp_path / "bounds.md").read_text()

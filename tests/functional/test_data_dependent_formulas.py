@@ -164,6 +164,49 @@ def test_pope_matches_its_reference_implementation(where):
     torch.testing.assert_close(got, torch.tensor(REFERENCE_SCORES[where], dtype=torch.float64), rtol=1e-6, atol=1e-9)
 
 
+def _pope_stacked(q, k, positions, inv_freq, phase):
+    """PoPE as the reference writes it (autograd through softplus, cos, sin and a stack per dimension)."""
+    angle = positions.to(inv_freq.dtype)[:, None] * inv_freq
+    key_angle = angle + phase.clamp(-2 * math.pi, 0.0)[:, None, :]
+    sp = torch.nn.functional.softplus
+    q2 = torch.stack((sp(q) * angle.cos(), sp(q) * angle.sin()), -1).flatten(-2) * math.sqrt(2.0)
+    return q2, torch.stack((sp(k) * key_angle.cos(), sp(k) * key_angle.sin()), -1).flatten(-2)
+
+
+@pytest.mark.parametrize("leaves", [("q",), ("k",), ("phase",), ("q", "k", "phase")])
+def test_pope_gradients_are_autograds_through_the_reference_formula(leaves):
+    """PoPE's written-out backward (softplus' derivative, the phase's through both key parts, summed over the
+    batch) against autograd through the stacked formula, float64, with a phase clamped at both ends; scores
+    only (the order of the cosine and sine parts is free)."""
+    gen = torch.Generator().manual_seed(5)
+    inputs = {"q": torch.randn(2, 3, 9, 6, generator=gen, dtype=torch.float64) * 3,
+              "k": torch.randn(2, 3, 9, 6, generator=gen, dtype=torch.float64) * 3,
+              "phase": torch.tensor([-7.0, -1.0, 0.5, -2.0, -6.0, -0.3], dtype=torch.float64).repeat(3, 1)}
+    weight = torch.randn(2, 3, 9, 9, generator=gen, dtype=torch.float64)
+    got, want = [], []
+    for fn, out in ((F.pope_qk, got), (_pope_stacked, want)):
+        leaf = {name: t.clone().requires_grad_(name in leaves) for name, t in inputs.items()}
+        q2, k2 = fn(leaf["q"], leaf["k"], torch.arange(9), F.pope_inv_freq(6).double(), leaf["phase"])
+        ((q2 @ k2.transpose(-1, -2)) * weight).sum().backward()
+        out.extend(leaf[name].grad for name in leaves)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    assert got[-1].abs().sum() > 0
+
+
+def test_pope_gradients_pass_gradcheck_and_keep_bfloat16_inputs_dtype():
+    q, k = (torch.randn(1, 2, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    phase = torch.full((2, 4), -0.4, dtype=torch.float64, requires_grad=True)
+    inv_freq = F.pope_inv_freq(4).double()
+    assert torch.autograd.gradcheck(lambda *t: F.pope_qk(t[0], t[1], torch.arange(5), inv_freq, t[2]),
+                                    (q, k, phase))
+    qb = torch.randn(1, 2, 5, 4, dtype=torch.bfloat16, requires_grad=True)
+    q2, k2 = F.pope_qk(qb, qb, torch.arange(5), F.pope_inv_freq(4), torch.zeros(2, 4))
+    assert q2.dtype == torch.bfloat16 and k2.shape == (1, 2, 5, 8)
+    (q2.float() @ k2.float().transpose(-1, -2)).sum().backward()
+    assert qb.grad.dtype == torch.bfloat16 and torch.isfinite(qb.grad.float()).all()
+
+
 @pytest.mark.parametrize("leaves", ["q", "k", "v", "pos_emb"])
 def test_cope_attention_gradient_of_each_input_alone_equals_the_papers_computation(leaves):
     """CoPE's written-out backward (``CopeAttention``) when one input alone wants a gradient: that gradient is the
