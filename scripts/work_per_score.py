@@ -1,7 +1,8 @@
 """The arithmetic issue 24 asks for where a speed target is missed: the work each encoder's attention needs per
 score (matmul FLOPs, other vector operations, bytes that must cross memory), against this machine's measured
 matmul rate and memory bandwidth. ``scripts/bench_bounds.py`` calls it with the kernel times it measured in the
-same run and writes ``results/bench/arithmetic.csv``.
+same run and writes ``results/bench/arithmetic.csv``; ``python scripts/work_per_score.py results/bench`` prints
+README's table of the missed targets from the committed tables (:func:`targets_table`), measuring nothing.
 
 Two bounds per target, each the best any kernel could do:
 
@@ -18,9 +19,12 @@ physical reach on this machine; one within it but beyond the kernel floor of ben
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -216,3 +220,65 @@ def _row(target: str, encoder: str, goal: float, work: Work, reference: Work, at
             "ropes_attention_at_limits": rope_at_limits,
             "bound_at_machine_limits": at_limits, "bound_at_ropes_efficiency": at_rope, "kernel_floor": floor,
             "verdict": verdict(goal, at_limits, at_rope, floor, higher_is_better)}
+
+
+# The kernel row of bench_bounds behind each target's "PyTorch's kernels allow" (the headline: its step section)
+KERNEL_OF = {("training", "cope"): "cope_attention (cope)", ("training", "pope"): "fused SDPA, width 64 (pope)",
+             ("forward", "pope"): "fused SDPA, width 64 (pope)",
+             ("forward", "fire"): "FlexAttention, FIRE with a straight MLP (fire)"}
+NEEDS = ("arithmetic.csv", "bounds.csv", "training.csv", "forward.csv", "step.csv")
+
+
+def targets_table(folder: Path) -> str:
+    """README's table of issue 24's missed targets from a bench folder (bench.py's and bench_bounds.py's tables):
+    each target's measured ratio (training: median [lowest, highest] of the rounds), what PyTorch's kernels allow
+    (the floor of bench_bounds, with the kernel's time against SDPA), the bound at rope's efficiency (with the
+    work per score against rope's) and at the machine's limits. Raises FileNotFoundError naming what is missing."""
+    missing = [name for name in NEEDS if not (folder / name).exists()]
+    if missing:
+        raise FileNotFoundError(f"{folder} has no {', '.join(missing)}: run scripts/bench.py and bench_bounds.py")
+    arithmetic, bounds = pd.read_csv(folder / "arithmetic.csv"), pd.read_csv(folder / "bounds.csv")
+    training = pd.read_csv(folder / "training.csv").set_index("model")
+    forward = pd.read_csv(folder / "forward.csv").set_index(["encoder", "length"])
+    step = pd.read_csv(folder / "step.csv").set_index("encoder")
+    header = ("| target | measured here | PyTorch's kernels allow | a kernel as efficient as rope's | "
+              "the machine's limits |")
+    lines = [header, "|---|---|---|---|---|"]
+    for row in arithmetic.itertuples():
+        kind = row.target.split()[0]
+        if kind == "headline":
+            lines.append(f"| headline step MFU ≥ {row.goal:g} | {step.loc['rope', 'mfu']:.2f} | "
+                         f"{row.kernel_floor:.2f} (its kernels alone) | — | {row.bound_at_machine_limits:.2f} |")
+            continue
+        if (kind, row.encoder) not in KERNEL_OF:  # FIRE's second route: the first bounds it
+            continue
+        kernel = bounds[bounds["kernel"] == KERNEL_OF[kind, row.encoder]]
+        kernel = kernel[kernel["measure"].str.startswith(kind)].iloc[0]
+        name = {"cope": "CoPE", "pope": "PoPE", "fire": "FIRE"}[row.encoder]
+        if kind == "training":
+            got = training.loc[f"posenc {row.encoder}"]
+            target = f"{name} training ≥ {row.goal:g}× rope"
+            measured = f"{got['vs_rope']:.2f}× [{got['vs_rope_low']:.2f}, {got['vs_rope_high']:.2f}]"
+        else:
+            length = int(row.target.split()[1].rstrip(","))
+            target = f"{name} forward {length} ≤ {row.goal:g}× rope"
+            measured = f"{forward.loc[(row.encoder, length), 'time_vs_rope']:.2f}×"
+        lines.append(f"| {target} | {measured} | {row.kernel_floor:.2f}× (its kernel: {kernel['vs_sdpa']:.2f}× "
+                     f"SDPA) | {row.bound_at_ropes_efficiency:.2f}× ({row.work_vs_rope:.2f}× rope's work per "
+                     f"score) | {row.bound_at_machine_limits:.2f}× |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Print README's table of issue 24's missed targets.")
+    parser.add_argument("folder", type=Path, help="a bench folder (results/bench)")
+    args = parser.parse_args()
+    try:
+        print(targets_table(args.folder), end="")
+    except (FileNotFoundError, KeyError, IndexError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

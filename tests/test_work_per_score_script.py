@@ -2,6 +2,9 @@
 machine's limits, and the verdict on each target (every outcome shown)."""
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -94,3 +97,25 @@ def test_arithmetic_rows_add_the_encoders_work_to_ropes_measured_model():
     assert headline["bound_at_machine_limits"] == pytest.approx(1000 / (1000 + 2 * ops))
     assert headline["verdict"] == "out of reach: the machine's limits"  # 1000 FLOPs against ~60k operations
     assert not math.isnan(headline["kernel_floor"])
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_table_of_missed_targets_is_the_committed_benchs():
+    """README's table is ``work_per_score.py results/bench``: a bench rerun without it fails."""
+    table = work.targets_table(ROOT / "results" / "bench")
+    assert table in (ROOT / "README.md").read_text(), "README's table of missed targets is stale"
+    rows = table.splitlines()[2:]
+    assert [r.split(" | ")[0].lstrip("| ") for r in rows] == [
+        "PoPE forward 8192 ≤ 1.3× rope", "FIRE forward 8192 ≤ 2× rope", "CoPE training ≥ 0.85× rope",
+        "PoPE training ≥ 0.85× rope", "headline step MFU ≥ 0.7"]
+    training = pd.read_csv(ROOT / "results" / "bench" / "training.csv").set_index("model")
+    assert f"| {training.loc['posenc cope', 'vs_rope']:.2f}× [" in rows[2]
+
+
+def test_targets_table_says_what_is_missing_in_one_line(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "work_per_score.py"), str(tmp_path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "has no arithmetic.csv, bounds.csv" in result.stderr
+    assert "Traceback" not in result.stderr
