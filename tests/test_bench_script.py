@@ -153,3 +153,18 @@ def test_the_bounds_script_writes_what_each_kernel_allows(tmp_path):
     assert (arithmetic["bound_at_machine_limits"] > 0).all() and arithmetic["verdict"].str.len().gt(0).all()
     assert arithmetic["kernel_floor"].iloc[:5].tolist() == [table["floor_vs_rope"][i] for i in (1, 3, 4, 7, 6)]
     assert "## What physics allows" in (tmp_path / "bounds.md").read_text()
+
+
+def test_peak_memory_is_the_least_of_the_passes_over_every_row():
+    """The forward section's memory: per row, the least peak and the least rise of its passes (outside load only
+    adds), measured row by row in each pass so that a drift reaches every row alike."""
+    from conftest import load_script
+
+    bench = load_script("bench")
+    rows = [{"encoder": "rope", "length": 8}, {"encoder": "xpos", "length": 8}]
+    readings = iter([(500.0, 30.0), (520.0, 50.0), (490.0, 35.0), (530.0, 40.0), (510.0, 25.0), (525.0, 60.0)])
+    order = []
+    bench.least_memory(rows, lambda row: order.append(row["encoder"]) or next(readings), 3)
+    assert order == ["rope", "xpos"] * 3
+    assert (rows[0]["peak_mib"], rows[0]["rise_mib"]) == (490.0, 25.0)
+    assert (rows[1]["peak_mib"], rows[1]["rise_mib"]) == (520.0, 40.0)
