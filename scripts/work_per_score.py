@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,27 +123,19 @@ class MachineLimits:
         return max(scores * work.flop_equivalents() / self.matmul, scores * work.bytes / self.bandwidth)
 
 
-def machine_limits(repeats: int = 7) -> MachineLimits:
-    def best(fn) -> float:
-        fn()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return min(times)
-
+def machine_limits(seconds_of: Callable[[Callable[[], object]], float]) -> MachineLimits:
+    """This machine's limits, each timed by ``seconds_of(fn)`` (bench_bounds: the fastest of seven calls)."""
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    rate = 2 * 1024**3 / best(lambda: a @ b)
+    rate = 2 * 1024**3 / seconds_of(lambda: a @ b)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        one = 2 * 1024**3 / best(lambda: a @ b)
+        one = 2 * 1024**3 / seconds_of(lambda: a @ b)
     finally:
         torch.set_num_threads(threads)
     src = torch.ones(1 << 26)
     dst = torch.empty_like(src)
-    bandwidth = 2 * src.numel() * 4 / best(lambda: dst.copy_(src))
+    bandwidth = 2 * src.numel() * 4 / seconds_of(lambda: dst.copy_(src))
     return MachineLimits(rate, one, bandwidth, threads)
 
 
