@@ -38,6 +38,14 @@ SOFTMAX = 1 + 1 + EXP + 1  # per score: running max, subtract, exp, sum (the sca
 SOFTMAX_BACKWARD = 3  # dS = P (dP - rowsum(dO * O)): subtract, multiply, the row sum's share
 
 
+# The kernel row of bench_bounds behind each target's "PyTorch's kernels allow" (the headline: its step section)
+KERNEL_OF = {("forward", "pope"): "fused SDPA, width 64 (pope)",
+             ("forward", "fire"): "FlexAttention, FIRE with a straight MLP (fire)",
+             ("forward", "fire_outside"): "fused SDPA + a bias computed outside, for free (fire)",
+             ("training", "cope"): "cope_attention (cope)", ("training", "pope"): "fused SDPA, width 64 (pope)"}
+ROPE_KERNEL = "fused SDPA, width 32 (rope)"
+
+
 @dataclass(frozen=True)
 class Work:
     """Work per score of one head: FLOPs in matmuls, other vector operations, bytes to and from memory."""
@@ -164,32 +172,31 @@ def arithmetic_rows(bounds: pd.DataFrame, limits: MachineLimits, length: int, n_
     rows are time ratios to rope (lower is better), training rows throughput ratios, the headline's row an MFU."""
     rows = []
     forward = bounds[bounds["measure"] == f"forward {length}"].set_index("kernel")
-    rope_fwd = forward.loc["fused SDPA, width 32 (rope)"]
+    rope_fwd = forward.loc[ROPE_KERNEL]
     attention = n_layers * rope_fwd["seconds"]  # rope's attention in its whole forward
     whole = attention / rope_fwd["attention_share_of_rope"]
     scores = n_layers * n_heads * length * (length + 1) / 2
     reference = forward_work("rope", head_dim, n_heads)
-    for encoder, kernel, goal in (("pope", "fused SDPA, width 64 (pope)", 1.3),
-                                  ("fire", "FlexAttention, FIRE with a straight MLP (fire)", 2.0),
-                                  ("fire_outside", "fused SDPA + a bias computed outside, for free (fire)", 2.0)):
+    for encoder, goal in (("pope", 1.3), ("fire", 2.0), ("fire_outside", 2.0)):
         work = forward_work(encoder, head_dim, n_heads)
         at_limits = (whole - attention + limits.seconds(work, scores)) / whole
         at_rope = (whole - attention + attention * work.flop_equivalents() / reference.flop_equivalents()
                    + scores * work.bytes / limits.bandwidth) / whole
         rows.append(_row(f"forward {length}, time vs rope", encoder, goal, work, reference, at_limits, at_rope,
-                         forward.loc[kernel, "floor_vs_rope"], False, limits.seconds(reference, scores) / attention))
+                         forward.loc[KERNEL_OF["forward", encoder], "floor_vs_rope"], False,
+                         limits.seconds(reference, scores) / attention))
     training = bounds[bounds["measure"] == f"training {batch}x{train_length}"].set_index("kernel")
-    rope_train = training.loc["fused SDPA, width 32 (rope)"]
+    rope_train = training.loc[ROPE_KERNEL]
     attention = n_layers * rope_train["seconds"]
     step = attention / rope_train["attention_share_of_rope"]
     scores = n_layers * batch * n_heads * train_length * (train_length + 1) / 2
     reference = training_work("rope", head_dim)
-    for encoder, kernel in (("cope", "cope_attention (cope)"), ("pope", "fused SDPA, width 64 (pope)")):
+    for encoder in ("cope", "pope"):
         work = training_work(encoder, head_dim)
         at_limits = step / (step - attention + limits.seconds(work, scores))
         at_rope = step / (step - attention + attention * work.flop_equivalents() / reference.flop_equivalents())
         rows.append(_row(f"training {batch}x{train_length}, throughput vs rope", encoder, 0.85, work, reference,
-                         at_limits, at_rope, training.loc[kernel, "floor_vs_rope"], True,
+                         at_limits, at_rope, training.loc[KERNEL_OF["training", encoder], "floor_vs_rope"], True,
                          limits.seconds(reference, scores) / attention))
     if headline is not None:
         flops, ops = headline["matmul_flops_per_token"], headline_ops_per_token(**headline["shape"])
@@ -214,10 +221,6 @@ def _row(target: str, encoder: str, goal: float, work: Work, reference: Work, at
             "verdict": verdict(goal, at_limits, at_rope, floor, higher_is_better)}
 
 
-# The kernel row of bench_bounds behind each target's "PyTorch's kernels allow" (the headline: its step section)
-KERNEL_OF = {("training", "cope"): "cope_attention (cope)", ("training", "pope"): "fused SDPA, width 64 (pope)",
-             ("forward", "pope"): "fused SDPA, width 64 (pope)",
-             ("forward", "fire"): "FlexAttention, FIRE with a straight MLP (fire)"}
 NEEDS = ("arithmetic.csv", "bounds.csv", "training.csv", "forward.csv", "step.csv")
 
 
@@ -242,7 +245,7 @@ def targets_table(folder: Path) -> str:
             lines.append(f"| headline step MFU ≥ {row.goal:g} | {step.loc['rope', 'mfu']:.2f} | "
                          f"{row.kernel_floor:.2f} (its kernels alone) | — | {row.bound_at_machine_limits:.2f} |")
             continue
-        if (kind, row.encoder) not in KERNEL_OF:  # FIRE's second route: the first bounds it
+        if row.encoder == "fire_outside":  # FIRE's second route: the first bounds it
             continue
         kernel = bounds[bounds["kernel"] == KERNEL_OF[kind, row.encoder]]
         kernel = kernel[kernel["measure"].str.startswith(kind)].iloc[0]

@@ -71,6 +71,13 @@ def future_of_reversed_keys(start: int, end: int, device: torch.device) -> Tenso
     return column[None, :] < (end - 1 - torch.arange(start, end, device=device))[:, None]
 
 
+def cope_table(query: Tensor, pos_emb: Tensor) -> Tensor:
+    """``q_i . e[p]`` for every integer position ``p`` and one more, ``e[n_pos] := e[n_pos - 1]`` (a count
+    clamped at ``n_pos - 1`` interpolates towards it with weight 0): ``[..., s_q, n_pos + 1]``."""
+    z = query @ pos_emb
+    return torch.cat((z, z[..., -1:]), dim=-1)
+
+
 def _block_forward(q: Tensor, keys_rev: Tensor, values_rev: Tensor, pos_emb: Tensor, start: int) -> tuple:
     """One block's forward (queries ``start .. start + bq - 1``, keys ``end - 1 .. 0``): what its backward
     needs, its output last."""
@@ -80,9 +87,8 @@ def _block_forward(q: Tensor, keys_rev: Tensor, values_rev: Tensor, pos_emb: Ten
     # A count over `end` keys is below `end` (at most `end` where fp32 gates round to 1), so positions past
     # end + 1 are never looked up: early blocks need fewer columns of z (training at 128 tokens: 40% fewer)
     used = min(n_pos, end + 2)
-    z = q @ pos_emb[:, :used]  # [b, n_h, bq, used]
-    if used == n_pos:  # as _cope_table: z[n_pos] = z[n_pos - 1], which clamped counts interpolate towards
-        z = torch.cat((z, z[..., -1:]), dim=-1)
+    # [b, n_h, bq, used], and z[n_pos] = z[n_pos - 1] where the clamped counts can reach it
+    z = cope_table(q, pos_emb) if used == n_pos else q @ pos_emb[:, :used]
     logits = (q * q.shape[-1] ** -0.5) @ keys_rev.transpose(-1, -2)  # [b, n_h, bq, end]
     logits.masked_fill_(future_of_reversed_keys(start, start + bq, q.device), float("-inf"))
     gates = torch.sigmoid(logits)

@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor
 
-from posenc.functional._cope_autograd import CopeAttention, future_of_reversed_keys
+from posenc.functional._cope_autograd import CopeAttention, cope_table, future_of_reversed_keys
 from posenc.functional._softmax_parts import fused_cpu_attention, merge_attention_
 
 __all__ = ["cope_positions", "cope_bias", "cope_attention", "cope_band_attention", "fox_log_lambda", "fox_bias",
@@ -100,7 +100,7 @@ def _cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p:
     for start in range(0, s, block):
         end = min(start + block, s)
         future = future_of_reversed_keys(start, end, q.device)
-        z = _cope_table(q[..., start:end, :].to(work), emb)  # [b, n_h, bq, n_pos + 1]
+        z = cope_table(q[..., start:end, :].to(work), emb)  # [b, n_h, bq, n_pos + 1]
         logits = q_scaled[..., start:end, :] @ k_rev[..., s - end :, :].transpose(-1, -2)  # [b, n_h, bq, end]
         logits = logits.masked_fill_(future, float("-inf"))  # the matmul's own output: in place is safe
         if grad:
@@ -156,7 +156,7 @@ def cope_band_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, band: 
         counts = torch.sigmoid(scores).cumsum_(-1)  # p_ij, counted from the query back
         if not bool(((counts[..., -1] >= last) | (rows < band)).all()):
             return None  # some query with far keys has not counted to n_pos - 1 within the band
-        _add_cope_bias_(scores, _cope_table(q[:, :, start:end], pos_emb), counts)
+        _add_cope_bias_(scores, cope_table(q[:, :, start:end], pos_emb), counts)
         lse = torch.logsumexp(scores, dim=-1, keepdim=True)
         out[:, :, start:end] = scores.sub_(lse).exp_() @ v[:, :, first:end].flip(-2)
         band_lse[:, :, start:end] = lse[..., 0]
@@ -165,16 +165,9 @@ def cope_band_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, band: 
     return out
 
 
-def _cope_table(query: Tensor, pos_emb: Tensor) -> Tensor:
-    """``q_i . e[p]`` for every integer position ``p`` and one more, ``e[n_pos] := e[n_pos - 1]`` (a count
-    clamped at ``n_pos - 1`` interpolates towards it with weight 0): ``[..., s_q, n_pos + 1]``."""
-    z = query @ pos_emb
-    return torch.cat((z, z[..., -1:]), dim=-1)
-
-
 def _add_cope_bias_(scores: Tensor, table: Tensor, counts: Tensor) -> Tensor:
     """In place, without autograd: ``scores += q_i . e(p_ij)`` (:func:`cope_bias`) for counts ``p_ij``
-    (clamped to ``n_pos - 1`` here, and overwritten) and ``table`` from :func:`_cope_table`; returns ``scores``."""
+    (clamped to ``n_pos - 1`` here, and overwritten) and ``table`` from :func:`cope_table`; returns ``scores``."""
     counts.clamp_(max=table.shape[-1] - 2)
     low = counts.floor().long()
     weight = counts.sub_(low)
@@ -247,11 +240,11 @@ def _polar_parts(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     faster, the forward at 8192 tokens 3.6%). ``cos``, ``sin``: broadcastable to ``x``."""
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, cos, sin)):
         return _PolarParts.apply(x, cos, sin)
-    return _polar_forward(x, torch.nn.functional.softplus(x), cos, sin)
+    return _polar_forward(torch.nn.functional.softplus(x), cos, sin)
 
 
-def _polar_forward(x: Tensor, magnitude: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    d = x.shape[-1]
+def _polar_forward(magnitude: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    d = magnitude.shape[-1]
     out = magnitude.new_empty(*magnitude.shape[:-1], 2 * d, dtype=torch.result_type(magnitude, cos))
     torch.mul(magnitude, cos, out=out[..., :d])
     torch.mul(magnitude, sin, out=out[..., d:])
@@ -266,7 +259,7 @@ class _PolarParts(torch.autograd.Function):
     def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         magnitude = torch.nn.functional.softplus(x)
         ctx.save_for_backward(x, magnitude, cos, sin)
-        return _polar_forward(x, magnitude, cos, sin)
+        return _polar_forward(magnitude, cos, sin)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
