@@ -10,31 +10,54 @@ from posenc.tasks.base import BOS, SEP, Task
 
 
 class Copy(Task):
-    """``BOS.. x_1..x_n SEP x_1..x_n``: repeat ``n = (L-1)//2`` random symbols after the separator."""
+    """``BOS.. x_1..x_n SEP x_1..x_n``: repeat ``n = (L-1)//2`` random symbols after the separator.
+
+    ``end_token=True`` appends an end-of-sequence token ``EOS`` (id ``2 + n_symbols``, its own token) after the
+    answer, scored with it: ``BOS.. x_1..x_n SEP x_1..x_n EOS`` with ``n = (L-2)//2``. Exact match over the
+    answer and ``EOS`` under teacher forcing is then exactly greedy decoding that must also stop (Kazemnejad
+    et al. 2023 decode until the end token): greedy decoding reproduces the answer iff every answer token is
+    the argmax given the right prefix (by induction its prefix is the right one), and it stops there iff
+    ``EOS`` is the argmax after the last answer token - the scored positions, one for one. Without it a model
+    that goes on writing symbols after the answer would be scored right.
+    """
 
     key = "copy"
     description = "repeat a random symbol string after a separator"
     min_length = 3
 
-    def __init__(self, *, n_symbols: int = 16) -> None:
+    def __init__(self, *, n_symbols: int = 16, end_token: bool = False) -> None:
         if n_symbols < 2:
             raise ConfigError(f"task.n_symbols must be >= 2, got {n_symbols}")
+        if not isinstance(end_token, bool):
+            raise ConfigError(f"task.end_token must be true or false, got {end_token!r}")
         self.n_symbols = self.answer_alphabet = n_symbols
-        self.vocab_size = 2 + n_symbols
+        self.end_token = end_token
+        self.eos = 2 + n_symbols if end_token else None  # the token after the answer (None: no end token)
+        self.vocab_size = 2 + n_symbols + int(end_token)
+        self.min_length = 4 if end_token else 3  # BOS, one symbol, SEP, its answer (and EOS)
 
     def _answer(self, symbols: Tensor) -> Tensor:
         """What follows the separator, given the symbols ``[b, n]``."""
         return symbols
 
+    def symbols_at(self, length: int) -> int:
+        """How many symbols a sequence read at ``length`` positions holds: ``(L-1)//2``, with an end token
+        ``(L-2)//2`` (lengths ``2n+1`` and ``2n+2``, or ``2n+2`` and ``2n+3``, hold ``n``)."""
+        return (length - 1 - int(self.end_token)) // 2
+
     def sequences(self, batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        n = (length - 1) // 2
-        pad = length - 2 * n  # leading BOS tokens, 1 or 2, so the total is length + 1
+        n = self.symbols_at(length)
+        tail = int(self.end_token)
+        pad = length - 2 * n - tail  # leading BOS tokens, 1 or 2, so the total is length + 1
         symbols = 2 + torch.randint(self.n_symbols, (batch_size, n), generator=generator)
         head = torch.full((batch_size, pad), BOS)
         sep = torch.full((batch_size, 1), SEP)
-        tokens = torch.cat((head, symbols, sep, self._answer(symbols)), dim=1)  # [b, length + 1]
+        parts = [head, symbols, sep, self._answer(symbols)]
+        if self.end_token:
+            parts.append(torch.full((batch_size, 1), self.eos))
+        tokens = torch.cat(parts, dim=1)  # [b, length + 1]
         answer = torch.zeros_like(tokens, dtype=torch.bool)
-        answer[:, pad + n + 1 :] = True
+        answer[:, pad + n + 1 :] = True  # the answer, and the end token when there is one
         return tokens, answer
 
 

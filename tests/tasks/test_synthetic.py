@@ -145,3 +145,50 @@ def test_retrieval_reading_its_answers_is_a_task_of_its_own():
     assert task.answers_read and torch.equal(batch.inputs[:, 1:], batch.targets[:, :-1])  # values read
     hidden, read = tiny_dict("task=retrieval"), tiny_dict("task=retrieval", "task.read_answers=true")
     assert run_identity(hidden).config_id != run_identity(read).config_id
+
+
+@pytest.mark.parametrize("task_class", [Copy, Reverse])
+@pytest.mark.parametrize("length", [4, 5, 10, 11, 43, 44, 83, 162])
+def test_end_token_closes_the_answer_and_is_scored(task_class, length):
+    """task.end_token: ``BOS.. x_1..x_n SEP answer EOS`` with n = (L-2)//2 symbols, EOS a token of its own
+    scored with the answer (teacher-forced exact match over answer + EOS is greedy decoding that must stop)."""
+    task = task_class(n_symbols=100, end_token=True)
+    assert task.vocab_size == 103 and task.eos == 102 and task.min_length == 4 and task.answer_alphabet == 100
+    tokens, answer = task.sequences(64, length, gen())
+    n = (length - 2) // 2
+    pad = length + 1 - (2 * n + 2)
+    assert task.symbols_at(length) == n and pad in (1, 2) and tokens.shape == answer.shape == (64, length + 1)
+    assert (tokens[:, :pad] == BOS).all() and (tokens[:, pad + n] == SEP).all() and (tokens[:, -1] == task.eos).all()
+    symbols = tokens[:, pad : pad + n]
+    assert ((symbols >= 2) & (symbols < 102)).all()  # the alphabet: 100 symbols, never BOS, SEP or EOS
+    expected = symbols if task_class is Copy else symbols.flip(1)
+    assert torch.equal(tokens[:, pad + n + 1 : -1], expected)
+    assert answer.nonzero()[:, 1].unique().tolist() == list(range(pad + n + 1, length + 1))  # answer and EOS
+    assert (tokens[:, : pad + n + 1] != task.eos).all() and (tokens[:, pad + n + 1 : -1] != task.eos).all()
+
+
+def test_end_token_sample_scores_the_end_token_and_the_paper_ranges():
+    """A sampled batch's last target is EOS and is scored; [10, 43] holds 4..20 symbols, two lengths each, and
+    44, 46, .., 82 hold 21..40 (conf/experiment/kazemnejad_matched.yaml); the alphabet is all used."""
+    task = Copy(n_symbols=100, end_token=True)
+    batch = task.sample(8, 43, gen())
+    assert (batch.targets[:, -1] == task.eos).all() and batch.mask[:, -1].all()
+    assert int(batch.mask[0].sum()) == 20 + 1
+    counts = [task.symbols_at(length) for length in range(10, 44)]
+    assert sorted(set(counts)) == list(range(4, 21)) and all(counts.count(n) == 2 for n in range(4, 21))
+    assert [task.symbols_at(length) for length in range(44, 83, 2)] == list(range(21, 41))
+    assert set(task.sequences(256, 83, gen())[0][:, 2:42].unique().tolist()) == set(range(2, 102))
+
+
+def test_without_end_token_the_sequences_are_unchanged():
+    """end_token defaults to false and then draws the very sequences of before (every recorded run's data)."""
+    for task_class in (Copy, Reverse):
+        plain, default = task_class(n_symbols=16, end_token=False), task_class(n_symbols=16)
+        assert plain.vocab_size == 18 and plain.min_length == 3 and plain.eos is None
+        for length in (3, 9, 32, 33):
+            a, b = plain.sequences(4, length, gen(3)), default.sequences(4, length, gen(3))
+            assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[0].shape == (4, length + 1)
+            assert (a[0][:, -1] < 18).all() and a[1][:, -1].all()  # last token: an answer symbol, no EOS
+    with pytest.raises(ConfigError, match="end_token"):
+        Copy(end_token="yes")
+    assert build_task("reverse", {"n_symbols": 100, "end_token": True}).vocab_size == 103
