@@ -12,16 +12,18 @@
 #   COMMIT=1 bash scripts/kazemnejad.sh        # also commit results/kazemnejad/ARM after each seed (its files only)
 #
 # Runs: results/multirun/kazemnejad_matched[_schedule]/ (git-ignored; checkpoints every 250 steps). Tables,
-# figures and report.md: results/kazemnejad/mastery/ and results/kazemnejad/schedule/. Running it again skips
+# figures and report.md: results/kazemnejad/mastery/ and results/kazemnejad/schedule/; every seed's outcome
+# (seeds.*, distribution.md) and, with both arms, results/kazemnejad/stopping_rule.md (scripts/kazemnejad_seeds.py). Running it again skips
 # finished runs, resumes a killed one from its checkpoint and evaluates nothing already evaluated, so it can be
 # stopped at any point (kill its process group) and started again, by any session, with the same command.
-# Environment: POSENC (the posenc command), RESULTS (the results root, default results: the runs and tables of
-# a copy of the code elsewhere can live in this checkout's results/).
+# Environment: POSENC (the posenc command), PYTHON (its interpreter), RESULTS (the results root, default
+# results; a symlink lets a copy of the code elsewhere keep its runs and tables in this checkout's results/).
 # Timing (one thread of a shared 2-core CPU, 2026-11): about 6 s per 100 steps at these lengths; a mastery run
 # 3-10 min, a schedule run 10 min plus evaluation; the mastery arm about 10-17 h for 150 runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 posenc=${POSENC:-$(command -v posenc || echo .venv/bin/posenc)}
+python=${PYTHON:-$(dirname "$posenc")/python}  # the interpreter posenc is installed in
 results=${RESULTS:-results}
 arm=${ARM:-mastery}
 seeds=${SEEDS:-$(seq 0 14)}
@@ -42,6 +44,7 @@ for seed in $seeds; do
   # every run at every length, not-learned ones too (marked): a configuration with one seed short of mastery
   # would otherwise be evaluated at its training length only, and every seed's outcome is wanted
   "$posenc" compare --runs "$sweep" --out "$out" --lengths "$lengths" --include-not-learned
+  "$python" scripts/kazemnejad_seeds.py --root "$results/kazemnejad"  # every seed; the arms paired by seed
   echo "kazemnejad $arm seed $seed: training $((trained - start)) s, runs + compare $(($(date +%s) - trained)) s" >&2
   if [ "${COMMIT:-0}" = 1 ]; then
     for try in 1 2 3 4 5 6 7 8 9 10; do  # another writer may hold the index lock a moment; only $out is committed

@@ -1,0 +1,165 @@
+"""Every seed's outcome in the matched Kazemnejad experiment (conf/experiment/kazemnejad_matched.yaml), and the
+stopping rule paired by seed: what scripts/kazemnejad.sh runs after each seed.
+
+Reads ``results/kazemnejad/<arm>/extrapolation.csv`` (arms ``mastery`` and ``schedule``, whichever exist) and
+writes, per arm, ``seeds.csv`` / ``seeds.md`` (one row per task, encoder and seed: learned, steps, exact match
+at the training length, over the paper's test range and beyond) and ``distribution.md`` with ``seeds.png`` /
+``seeds.svg`` (per task and encoder: seeds, learned, mean, SD, median, min, max over seeds - the maximum for
+parity with papers that report it - and the share of seeds that generalize). With both arms,
+``results/kazemnejad/stopping_rule.md``: schedule minus mastery on the test range, paired by seed (mean
+difference, Student-t 95% interval over the seeds both arms have, and how many seeds rose, fell, tied).
+
+Windows, in symbols n (lengths 2n + 2 with the end token, Copy.symbols_at): ``test`` n = 21..40 (lengths
+44, 46, ..., 82: the paper's test range, each n weighted equally as its test set does), ``beyond`` n = 60 and 80
+(lengths 122, 162). A seed *generalizes* when its test-range exact match is at least 0.5, and *fully* at 0.9:
+thresholds set with the experiment, before its results.
+
+    python scripts/kazemnejad_seeds.py [--root results/kazemnejad]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from posenc.analysis.stats import t_quantile
+
+TRAIN_LENGTH = 43
+TEST = tuple(range(44, 83, 2))  # 21..40 symbols
+BEYOND = (122, 162)  # 60 and 80 symbols
+GENERALIZES, FULLY = 0.5, 0.9
+ARMS = ("mastery", "schedule")
+ENCODERS = ("nope", "t5", "alibi", "rope", "sinusoidal")  # the claim's order
+
+
+def per_seed(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per task, encoder and seed: the test-range and beyond means over their lengths (each length
+    once, as the paper's bins), exact match at the training length, learned and steps."""
+    table = table[table["scaling"].fillna("none") == "none"]
+    rows = []
+    for (task, encoder, seed), runs in table.groupby(["task", "encoder", "seed"]):
+        by_length = runs.groupby("eval_length")["exact_match"].mean()
+        test = [by_length[n] for n in TEST if n in by_length]
+        beyond = [by_length[n] for n in BEYOND if n in by_length]
+        rows.append({
+            "task": task, "encoder": encoder, "seed": int(seed),
+            "learned": bool(runs["learned"].iloc[0]), "steps_to_learn": runs["steps_to_learn"].iloc[0],
+            "train_exact_match": by_length.get(TRAIN_LENGTH, math.nan),
+            "test_exact_match": sum(test) / len(test) if len(test) == len(TEST) else math.nan,
+            "beyond_exact_match": sum(beyond) / len(beyond) if len(beyond) == len(BEYOND) else math.nan,
+        })
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out["encoder"] = pd.Categorical(out["encoder"], [e for e in ENCODERS if e in set(out["encoder"])]
+                                    + sorted(set(out["encoder"]) - set(ENCODERS)))
+    return out.sort_values(["task", "encoder", "seed"]).reset_index(drop=True)
+
+
+def distribution(seeds: pd.DataFrame) -> pd.DataFrame:
+    """Per task and encoder, the spread of the test-range exact match over seeds."""
+    rows = []
+    for (task, encoder), group in seeds.groupby(["task", "encoder"], observed=True):
+        test = group["test_exact_match"].dropna()
+        rows.append({
+            "task": task, "encoder": encoder, "seeds": len(group), "learned": int(group["learned"].sum()),
+            "mean": test.mean(), "sd": test.std(ddof=1) if len(test) > 1 else math.nan, "median": test.median(),
+            "min": test.min(), "max": test.max(),
+            f"share>={GENERALIZES}": (test >= GENERALIZES).mean() if len(test) else math.nan,
+            f"share>={FULLY}": (test >= FULLY).mean() if len(test) else math.nan,
+            "beyond_mean": group["beyond_exact_match"].mean(),
+        })
+    return pd.DataFrame(rows)
+
+
+def paired(mastery: pd.DataFrame, schedule: pd.DataFrame) -> pd.DataFrame:
+    """Schedule minus mastery on the test range, paired by seed, per task and encoder."""
+    keys = ["task", "encoder", "seed"]
+    both = mastery[keys + ["test_exact_match"]].merge(schedule[keys + ["test_exact_match"]], on=keys,
+                                                      suffixes=("_mastery", "_schedule")).dropna()
+    both["difference"] = both["test_exact_match_schedule"] - both["test_exact_match_mastery"]
+    rows = []
+    for (task, encoder), group in both.groupby(["task", "encoder"], observed=True):
+        d = group["difference"]
+        n = len(d)
+        half = t_quantile(n - 1) * d.std(ddof=1) / math.sqrt(n) if n > 1 else math.nan
+        rows.append({"task": task, "encoder": encoder, "seeds": n, "mastery": group["test_exact_match_mastery"].mean(),
+                     "schedule": group["test_exact_match_schedule"].mean(), "difference": d.mean(),
+                     "low": d.mean() - half, "high": d.mean() + half,
+                     "rose": int((d > 0).sum()), "fell": int((d < 0).sum()), "tied": int((d == 0).sum())})
+    return pd.DataFrame(rows)
+
+
+def figure(seeds: pd.DataFrame, path: Path, title: str) -> None:
+    """Every seed's test-range exact match, per task and encoder (a dot per seed, hollow: not learned)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted(seeds["task"].unique())
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False, sharey=True)
+    for ax, task in zip(axes[0], tasks):
+        part = seeds[seeds["task"] == task]
+        encoders = [e for e in part["encoder"].cat.categories if e in set(part["encoder"])]
+        for i, encoder in enumerate(encoders):
+            runs = part[part["encoder"] == encoder].reset_index(drop=True)
+            x = i + (runs.index - (len(runs) - 1) / 2) * min(0.04, 0.6 / max(len(runs), 1))
+            learned = runs["learned"].to_numpy()
+            ax.scatter(x[learned], runs["test_exact_match"][learned], s=18, color="C0")
+            ax.scatter(x[~learned], runs["test_exact_match"][~learned], s=18, facecolors="none", edgecolors="C3")
+            ax.hlines(runs["test_exact_match"].mean(), i - 0.3, i + 0.3, color="k", lw=1)
+        ax.set_xticks(range(len(encoders)), encoders)
+        ax.set_title(task)
+        ax.set_ylim(-0.03, 1.03)
+        ax.axhline(GENERALIZES, color="0.7", lw=0.8, ls="--")
+    axes[0][0].set_ylabel("exact match, 21-40 symbols")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    for suffix in (".png", ".svg"):
+        fig.savefig(path.with_suffix(suffix), dpi=120)
+    plt.close(fig)
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    return frame.to_markdown(index=False, floatfmt=".3f") + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, default=Path("results/kazemnejad"))
+    args = parser.parse_args()
+    found = {}
+    for arm in ARMS:
+        table_path = args.root / arm / "extrapolation.csv"
+        if not table_path.exists():
+            continue
+        seeds = per_seed(pd.read_csv(table_path))
+        if seeds.empty:
+            continue
+        found[arm] = seeds
+        seeds.to_csv(args.root / arm / "seeds.csv", index=False)
+        (args.root / arm / "seeds.md").write_text(f"# Every seed, arm {arm}\n\n" + markdown(seeds))
+        spread = distribution(seeds)
+        (args.root / arm / "distribution.md").write_text(
+            f"# Exact match over 21-40 symbols across seeds, arm {arm}\n\n"
+            f"Per seed: the mean over lengths {TEST[0]}, {TEST[1]}, ..., {TEST[-1]} (one per symbol count); "
+            f"share>=x: the share of seeds at or above x; beyond_mean: 60 and 80 symbols. Source: "
+            f"extrapolation.csv here; scripts/kazemnejad_seeds.py.\n\n" + markdown(spread))
+        figure(seeds, args.root / arm / "seeds", f"Kazemnejad matched, arm {arm}: every seed")
+        print(f"wrote {args.root / arm}/seeds.csv, seeds.md, distribution.md, seeds.png/svg")
+    if len(found) == 2:
+        pairs = paired(found["mastery"], found["schedule"])
+        (args.root / "stopping_rule.md").write_text(
+            "# The stopping rule, paired by seed\n\nSchedule (the whole 10000-step schedule) minus mastery "
+            "(stopped at held-out exact match >= 0.99), exact match over 21-40 symbols, over the seeds both "
+            "arms have; low/high: Student-t 95% interval of the mean difference. Source: "
+            "scripts/kazemnejad_seeds.py.\n\n" + markdown(pairs))
+        print(f"wrote {args.root}/stopping_rule.md")
+
+
+if __name__ == "__main__":
+    main()

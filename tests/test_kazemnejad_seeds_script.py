@@ -1,0 +1,44 @@
+"""scripts/kazemnejad_seeds.py: every seed's test-range exact match, and the stopping rule paired by seed."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from conftest import load_script
+
+
+def _rows(arm_shift, seeds=(0, 1, 2)):
+    script = load_script("kazemnejad_seeds")
+    rows = []
+    for seed in seeds:
+        for length in (script.TRAIN_LENGTH, *script.TEST, *script.BEYOND, 100):  # 100: outside every window
+            value = 1.0 if length == script.TRAIN_LENGTH else 0.1 * seed + arm_shift + (0.5 if length == 100 else 0)
+            rows.append({"task": "copy", "encoder": "t5", "seed": seed, "eval_length": length, "scaling": "none",
+                         "learned": seed != 2, "steps_to_learn": 3000, "exact_match": value})
+            rows.append({"task": "copy", "encoder": "t5", "seed": seed, "eval_length": length, "scaling": "linear",
+                         "learned": seed != 2, "steps_to_learn": 3000, "exact_match": 9.0})  # not read
+    return script, pd.DataFrame(rows)
+
+
+def test_per_seed_means_the_windows_and_keeps_not_learned_seeds():
+    script, table = _rows(0.2)
+    seeds = script.per_seed(table)
+    assert len(seeds) == 3 and seeds["learned"].tolist() == [True, True, False]
+    assert seeds["test_exact_match"].tolist() == pytest.approx([0.2, 0.3, 0.4])  # length 100 and scaling left out
+    assert seeds["beyond_exact_match"].tolist() == pytest.approx([0.2, 0.3, 0.4])
+    assert seeds["train_exact_match"].tolist() == [1.0, 1.0, 1.0]
+    spread = script.distribution(seeds).iloc[0]
+    assert spread["seeds"] == 3 and spread["learned"] == 2 and spread["max"] == pytest.approx(0.4)
+    assert spread["share>=0.5"] == 0 and spread["mean"] == pytest.approx(0.3) and spread["sd"] == pytest.approx(0.1)
+    short = script.per_seed(table[table["eval_length"] != script.TEST[3]])  # a test length missing: no mean
+    assert short["test_exact_match"].isna().all()
+
+
+def test_arms_are_paired_by_seed():
+    script, mastery = _rows(0.2)
+    _, schedule = _rows(0.5, seeds=(0, 1, 2, 3))  # seed 3 has no mastery run: not paired
+    pairs = script.paired(script.per_seed(mastery), script.per_seed(schedule)).iloc[0]
+    assert pairs["seeds"] == 3 and pairs["difference"] == pytest.approx(0.3) and pairs["rose"] == 3
+    assert pairs["low"] == pytest.approx(0.3) and pairs["high"] == pytest.approx(0.3)  # no spread in d
+    assert not math.isnan(pairs["mastery"])
