@@ -101,8 +101,11 @@ def train(ctx: typer.Context) -> None:
     from posenc.hydra_entry import hydra_main
     from posenc.precheck import precheck, quote_path_overrides
 
+    from posenc.config import store_plugin_configs
+
     args = quote_path_overrides(ctx.args)  # resume=PATH of posenc's own folder names (`=`, `,`)
     with one_line_errors():
+        store_plugin_configs()  # encoder=KEY of a plugin composes like a built-in (here and in workers)
         precheck(args)
     sys.argv = ["posenc train", *args]
     hydra_main()
@@ -328,18 +331,21 @@ def _default_runs() -> list[Path]:
 
 @app.command()
 def encoders() -> None:
-    """List the registered positional encoders, one per line."""
+    """List the registered positional encoders, one per line, with where each comes from (built-in or a
+    plugin: POSENC_PLUGINS, entry points `posenc.encoders`)."""
     from posenc.encoders import ENCODERS  # here: `posenc report` and `runs` start without torch
+    from posenc.plugins import listing
 
-    print_registry(ENCODERS)
+    print_registry(listing(ENCODERS))
 
 
 @app.command()
 def tasks() -> None:
-    """List the registered tasks, one per line."""
+    """List the registered tasks, one per line, with where each comes from (built-in or a plugin)."""
+    from posenc.plugins import listing
     from posenc.tasks import TASKS
 
-    print_registry(TASKS)
+    print_registry(listing(TASKS))
 
 
 @app.command()

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import typing
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
-from posenc.encoders import AttentionShape, build_encoder, check_encoder_name
+import yaml
+
+from posenc.encoders import ENCODERS, AttentionShape, build_encoder, check_encoder_name
 from posenc.encoders.base import MAX_LENGTH
 from posenc.errors import ConfigError
-from posenc.options import checked_value
+from posenc.options import checked_value, keyword_options
 from posenc.mixers import DEFAULT_MIXER, MIXERS
 from posenc.model import ModelConfig
-from posenc.tasks import build_task, check_task_name
+from posenc.tasks import TASKS, build_task, check_task_name
 from posenc.tracking import TRACKERS, LoggerConfig
 
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
@@ -120,6 +124,22 @@ class RunConfig:
         return min(lo, self.task.length), self.task.length
 
 
+def check_plugin_key(check, name: str, plugins: Any, group: str) -> None:
+    """``check(name)``; for a run recorded with a plugin that is not loaded here, a line saying where its code
+    was (``config.yaml``'s ``plugins``) and how to load it."""
+    try:
+        check(name)
+    except ConfigError:
+        origin = plugins.get(group) if isinstance(plugins, dict) else None
+        if not isinstance(origin, dict) or "unknown" not in str(sys.exc_info()[1]):
+            raise
+        how = (f"POSENC_PLUGINS={origin.get('source')}" if origin.get("origin") == "file"
+               else f"install {origin.get('source')}" if origin.get("origin") == "entry point"
+               else f"POSENC_PLUGINS={origin.get('source')}")
+        raise ConfigError(f"{group} '{name}' is a plugin ({origin.get('object')} from {origin.get('origin')} "
+                          f"{origin.get('source')}) that is not loaded here: {how}") from None
+
+
 def check_mixer(mixer: str, encoder: str) -> None:
     """``model.mixer`` is known, and a mixer other than attention comes with ``encoder=nope``: a convolution
     mixes tokens by their index, so a positional encoding would have nothing to act on."""
@@ -192,7 +212,8 @@ def _positive(where: str, value: float) -> None:
 
 def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     """Convert a resolved config mapping (as composed by Hydra) into a checked :class:`RunConfig`."""
-    known = {"encoder", "task", "model", "train", "seed", "device", "progress", "resume", "paths", "hydra", "logger"}
+    known = {"encoder", "task", "model", "train", "seed", "device", "progress", "resume", "paths", "hydra", "logger",
+             "plugins"}
     for key in cfg:
         if key not in known:
             raise ConfigError(f"unknown config key '{key}'")
@@ -217,8 +238,8 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     if type(resume) not in (bool, str) or resume == "":
         raise ConfigError(f"resume must be true, false or a run directory, got {resume!r}")
 
-    check_encoder_name(encoder.name)
-    check_task_name(task.name)
+    check_plugin_key(check_encoder_name, encoder.name, cfg.get("plugins"), "encoder")
+    check_plugin_key(check_task_name, task.name, cfg.get("plugins"), "task")
     check_mixer(model.mixer, encoder.name)
     if not 1 <= task.length <= MAX_LENGTH:
         raise ConfigError(f"task.length must be between 1 and {MAX_LENGTH}, got {task.length}")
@@ -246,3 +267,37 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
         raise ConfigError("train.warmup_steps, train.weight_decay and train.grad_clip must be >= 0")
     return RunConfig(encoder, task, model, train, seed=seed, device=device, progress=progress, resume=resume,
                      logger=logger)
+
+
+def plugin_config(registry, key: str) -> dict[str, Any]:
+    """The Hydra config of plugin ``key`` of ``registry``: ``KEY.yaml`` beside its module if it ships one, else
+    ``name`` and its constructor's keyword-only options with their defaults (a task's also the training-length
+    keys of :class:`TaskConfig`), which :func:`run_config_from_dict` then checks as a built-in's."""
+    cls = registry[key]
+    shipped = Path(getattr(sys.modules.get(cls.__module__), "__file__", None) or ".").with_name(f"{key}.yaml")
+    if shipped.is_file():
+        node = yaml.safe_load(shipped.read_text()) or {}
+        if not isinstance(node, dict) or node.get("name") != key:
+            raise ConfigError(f"{shipped}: a plugin's config is a mapping whose name is {key!r}")
+        return node
+    base: dict[str, Any] = {"name": key}
+    if registry.group == "task":
+        base |= {f.name: f.default for f in dataclasses.fields(TaskConfig) if f.name not in ("name", "options")}
+    return base | {k: list(v) if isinstance(v, tuple) else v for k, v in keyword_options(cls).items()}
+
+
+def store_plugin_configs() -> None:
+    """Give Hydra a config for every usable plugin key (in its ConfigStore, which launchers hand to their
+    workers), so that ``encoder=KEY`` composes like a built-in. Broken plugins are left out: using one
+    raises its own line from the registry's check."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for registry in (ENCODERS, TASKS):
+        for key in list(registry):
+            if registry.origin(key) is None:
+                continue
+            try:
+                store.store(group=registry.group, name=key, node=plugin_config(registry, key))
+            except ConfigError:
+                continue

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from posenc.checkpoint import TrainingInterrupted
 from posenc.config import run_config_from_dict
 from posenc.errors import PosencError
+from posenc.plugins import provenance
 from posenc.progress import print_error
 from posenc.train import train
 
@@ -59,6 +60,9 @@ def hydra_main(cfg: DictConfig) -> float:
         if "BasicLauncher" not in launcher:
             config_dict["progress"] = False  # parallel or cluster jobs: no live bars
         run_cfg = run_config_from_dict(config_dict)
+        plugins = provenance(run_cfg.encoder.name, run_cfg.task.name)
+        if plugins:  # where a plugin's code came from: recorded, outside the run's identity
+            config_dict["plugins"] = plugins
         overrides = list(hydra_cfg.overrides.task)
         metrics = train(run_cfg, Path(hydra_cfg.runtime.output_dir), config_dict, overrides)
     except TrainingInterrupted as err:  # checkpoint saved: stop this process (a whole sweep too)

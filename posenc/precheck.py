@@ -118,8 +118,13 @@ def precheck(args: list[str]) -> None:
     overrides = [a for a in args if not a.startswith("-") and not a.startswith(("hydra.", "hydra/", "+hydra"))]
     if any(_SWEEP_FUNCTION.search(o) for o in overrides):
         return
-    check_known_choices(overrides)
+    # a config folder of the user's own (a plugin's YAML): every composition below searches it too, and its
+    # config names need not be registry keys (the composed config's name is checked instead)
+    searchpath = [a for a in args if a.partition("=")[0].lstrip("+") == "hydra.searchpath"]
+    if not searchpath:
+        check_known_choices(overrides)
     hydra_groups = [a for a in args if a.startswith(("hydra/", "+hydra/"))]  # e.g. hydra/launcher=joblib
+    overrides = [*searchpath, *overrides]
     try:
         with initialize_config_module(config_module="posenc.conf", version_base="1.3"):
             combinations = _combinations(overrides)

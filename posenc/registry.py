@@ -1,14 +1,20 @@
-"""One generic registry: config-group key -> class, for encoders and tasks alike.
+"""One generic registry: config-group key -> class, for encoders and tasks alike, built-in or plugin.
 
-Like Hugging Face's ``ROPE_INIT_FUNCTIONS`` (one dict of variants behind one signature), each registry is a
-plain mapping, so ``name in ENCODERS`` and ``ENCODERS.items()`` work, plus the three things every caller
+Like Hugging Face's ``ROPE_INIT_FUNCTIONS`` (one mapping of variants behind one signature), each registry is a
+read-only mapping, so ``name in ENCODERS`` and ``ENCODERS.items()`` work, plus the three things every caller
 needs: refuse an unknown key with the known ones (:meth:`Registry.check`), build an entry with its options
 checked against its constructor (:meth:`Registry.build`), and read a comma list of keys (:meth:`Registry.parse`).
-``conf/<group>/<key>.yaml`` exists for every key (tests/test_config.py holds each to the code's defaults).
+
+Like lm-evaluation-harness's task registry, it also takes the user's own entries (:mod:`posenc.plugins`):
+installed packages' entry points (group ``posenc.encoders`` / ``posenc.tasks``, imported only when their key is
+used) and the modules named in ``POSENC_PLUGINS``, imported the first time the registry is read. Built-in keys
+have ``conf/<group>/<key>.yaml`` (tests/test_config.py holds each to the code's defaults); a plugin's config is
+made from its constructor's keyword-only parameters (:func:`posenc.plugins.plugin_config`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from posenc.errors import ConfigError
@@ -17,20 +23,106 @@ from posenc.options import check_options
 T = TypeVar("T")
 
 
-class Registry(dict[str, type[T]], Generic[T]):
+class Registry(Mapping[str, type[T]], Generic[T]):
     """Key -> class of config group ``group`` (``"encoder"``, ``"task"``).
 
     Args:
         group: the Hydra config group, used in messages: ``unknown encoder 'x'; known encoders: ...``.
-        entries: key -> class, in the order listings show them.
+        entries: the built-in key -> class, in the order listings show them (plugins follow).
+        base: the class every entry must subclass (checked for plugins).
+        entry_point_group: the entry-point group installed plugins register under (``posenc.encoders``).
     """
 
-    def __init__(self, group: str, entries: dict[str, type[T]]) -> None:
-        super().__init__(entries)
+    def __init__(self, group: str, entries: dict[str, type[T]], *, base: type, entry_point_group: str) -> None:
         self.group = group
+        self.base = base
+        self.entry_point_group = entry_point_group
+        self._classes: dict[str, type[T]] = dict(entries)
+        self._origins: dict[str, Any] = {}  # plugin key -> posenc.plugins.Origin (built-ins have none)
+        self._lazy: dict[str, Any] = {}  # plugin key -> its entry point, imported on first use
+        self._broken: dict[str, str] = {}  # plugin key -> why it cannot be used (one line)
+        self._plugins_read = False
+        from posenc.plugins import REGISTRIES
 
+        REGISTRIES[group] = self
+
+    # -- the mapping: every read first takes in the plugins (once per process) ------------------------
+    def _keys(self) -> dict[str, None]:
+        self.read_plugins()
+        return dict.fromkeys([*self._classes, *self._lazy])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._keys()
+
+    def __getitem__(self, name: str) -> type[T]:
+        self.read_plugins(strict=False)
+        if name in self._broken:
+            raise ConfigError(self._broken[name])
+        if name in self._lazy:
+            from posenc.plugins import load_entry_point
+
+            self._classes[name] = load_entry_point(self, name, self._lazy.pop(name))
+        return self._classes[name]
+
+    # -- plugins ----------------------------------------------------------------------------------------
+    def read_plugins(self, strict: bool = True) -> None:
+        """Take in the installed entry points and ``POSENC_PLUGINS`` (once; :mod:`posenc.plugins`). ``strict``:
+        a module of ``POSENC_PLUGINS`` that failed to import raises its one line (listings pass False)."""
+        if not self._plugins_read:
+            self._plugins_read = True
+            from posenc.plugins import read_plugins
+
+            read_plugins(self)
+        if strict:
+            from posenc.plugins import raise_module_errors
+
+            raise_module_errors()
+
+    def add(self, name: str, cls: type[T], origin: Any) -> None:
+        """Register plugin ``cls`` under ``name`` (:func:`posenc.plugins.register_encoder` checks it first)."""
+        self._classes[name] = cls
+        self._origins[name] = origin
+
+    def add_lazy(self, name: str, entry_point: Any, origin: Any) -> None:
+        self._lazy[name] = entry_point
+        self._origins[name] = origin
+
+    def mark_broken(self, name: str, reason: str, origin: Any) -> None:
+        self._broken[name] = reason
+        self._origins.setdefault(name, origin)
+
+    def has_key(self, name: str) -> bool:
+        """Whether ``name`` is taken, without reading plugins (the registration check itself)."""
+        return name in self._classes or name in self._lazy
+
+    def origin(self, name: str) -> Any:
+        """Where ``name`` comes from: a :class:`posenc.plugins.Origin`, or None for a built-in."""
+        self.read_plugins(strict=False)
+        return self._origins.get(name)
+
+    def keys_unchecked(self) -> list[str]:
+        """Every usable key, for listings: plugins read, but a failed ``POSENC_PLUGINS`` entry not raised."""
+        self.read_plugins(strict=False)
+        return [*self._classes, *self._lazy]
+
+    def broken_unchecked(self) -> dict[str, str]:
+        """Plugin key -> the one line saying why it cannot be used (listings show it and go on)."""
+        self.read_plugins(strict=False)
+        return dict(self._broken)
+
+    # -- what callers use -----------------------------------------------------------------------------
     def check(self, name: str) -> None:
-        """Raise :class:`ConfigError` naming the known keys if ``name`` is not one of them."""
+        """Raise :class:`ConfigError` naming the known keys if ``name`` is not one of them (a broken plugin's
+        key: the plugin's own one line)."""
+        self.read_plugins()
+        if name in self._broken:
+            raise ConfigError(self._broken[name])
         if name not in self:
             raise ConfigError(f"unknown {self.group} '{name}'; known {self.group}s: {', '.join(self)}")
 

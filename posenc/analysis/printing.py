@@ -75,8 +75,12 @@ def print_comparison(comparison) -> None:
         print_table(pivot(view, metric))
 
 
-def print_registry(registry) -> None:
-    """One line per registry key: the key, padded, and its class's ``description``."""
-    width = max(map(len, registry))
-    for key, cls in registry.items():
-        print(f"{key:<{width}}  {cls.description}")
+def print_registry(rows: list[tuple[str, str, str]]) -> None:
+    """One line per entry of ``rows`` (``posenc.plugins.listing``): the key, padded, its description, and for a
+    plugin where it comes from (a broken plugin's description is its error)."""
+    width = max(len(key) for key, _, _ in rows)
+    for key, text, origin in rows:
+        if not key:  # a plugin module that failed to import: its line alone
+            print(text)
+            continue
+        print(f"{key:<{width}}  {text}" + ("" if origin == "built-in" else f"  [{origin}]"))

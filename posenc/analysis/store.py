@@ -47,6 +47,7 @@ RUN_NEUTRAL_KEYS = (
     "train.compile", "model.attention",  # how, not what: the same results within fp32 tolerance
     "train.log_every", "train.checkpoint_every",  # how often it reports and saves
     "train.eval_sequences",  # the size of the final check at L, after training: what is trained is the same
+    "plugins",  # where a plugin's code lives (posenc.plugins.Origin): the same key and options, the same run
 )  # fmt: skip
 # Keys added after runs were recorded, at the value every earlier run had: a config without the key is the same
 # run as one holding that value (left out where it holds it), so every earlier run keeps its identity and resumes.

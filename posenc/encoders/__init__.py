@@ -36,7 +36,8 @@ __all__ = [
     "T5Bias", "KerpleLog", "FIRE", "Randomized", "Schedule", "CoPE", "FoX", "PoPE",
 ]  # fmt: skip
 
-#: The registry: key -> encoder class. ``conf/encoder/<key>.yaml`` exists for every key.
+#: The registry: key -> encoder class. ``conf/encoder/<key>.yaml`` exists for every built-in key; plugins
+#: (entry points ``posenc.encoders``, ``POSENC_PLUGINS``) join it when it is first read (posenc.plugins).
 ENCODERS: Registry[PositionalEncoder] = Registry("encoder", {
     "nope": NoPE,
     "sinusoidal": Sinusoidal,
@@ -55,7 +56,7 @@ ENCODERS: Registry[PositionalEncoder] = Registry("encoder", {
     "fox": FoX,
     "pope": PoPE,
     "schedule": Schedule,
-})
+}, base=PositionalEncoder, entry_point_group="posenc.encoders")
 
 
 check_encoder_name = ENCODERS.check
