@@ -180,6 +180,13 @@ ChooseOption = Annotated[
     typer.Option(help="A config key (e.g. train.lr): among runs that differ only in it, compare the value "
                       "whose seeds learned best at the training length (written to choices.md)."),
 ]
+BaselineOption = Annotated[
+    Optional[Path],
+    typer.Option("--baseline", help="A committed comparison (e.g. results/length_generalization) to place these "
+                 "runs beside: its tables are copied into OUT (it is never written, retrained or re-evaluated), "
+                 "the runs are evaluated at its lengths on its sequences and paired with its encoders. Runs must "
+                 "differ from its runs only in encoder and seed."),
+]
 ExtendOption = Annotated[
     bool,
     typer.Option("--extend", help="Keep the runs OUT's comparison already covers (from OUT's tables: their run "
@@ -203,6 +210,7 @@ def compare(
     rope_factor: FactorOption = None,
     choose: ChooseOption = None,
     extend: ExtendOption = False,
+    baseline: BaselineOption = None,
     include_not_learned: NotLearnedOption = False,
     memory_check: MemoryOption = True,
     max_hours: MaxHoursOption = DEFAULT_MAX_HOURS,
@@ -223,8 +231,10 @@ def compare(
     from posenc.analysis.tables import read_table
 
     unreadable: list[str] = []
-    with one_line_errors(out):  # every file is written at the end, all or nothing
+    with one_line_errors(out), _beside(baseline, out, lengths, choose) as base:  # all or nothing
         check_max_hours(max_hours)
+        if base is not None:  # the baseline's lengths, its choice of runs, its comparison extended
+            lengths, choose, extend = ",".join(map(str, base.lengths)), base.choose, True
         wanted = parse_lengths(lengths) if lengths is not None else None
         if wanted is None:
             parse_lengths(str(up_to))  # same range check as --lengths
@@ -235,6 +245,8 @@ def compare(
         weighable = extend and choose is not None  # candidates evaluated before, brought back without weights
         found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable, weightless=weighable))
         folders = {run: RunFolder.read(run) for run in found}  # each run's files read, its identity made, once
+        if base is not None:
+            base.check_configs({run: folder.config for run, folder in folders.items() if folder.config})
         given = {folders[run].run_id for run in found}  # with --extend: these replace their past
         choices = None
         check_destination(out)
@@ -253,6 +265,8 @@ def compare(
                                          memory_check=memory_check, include_not_learned=include_not_learned,
                                          max_hours=max_hours)
         console.print(f"{len(new.evaluations)} new evaluations", highlight=False)
+        if base is not None:  # the same sequences as the baseline's, or nothing is published
+            base.check_fingerprints(new.evaluations)
         run_ids = {folders[run].run_id for run in found}
         comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), choices,
                                                   extend=extend, replaced=given, facts=run_facts(folders[run] for run in found))
@@ -307,6 +321,31 @@ def runs(
     print_notes(notes)
     if paths:
         console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
+
+
+@contextmanager
+def _beside(baseline: Path | None, out: Path, lengths: str | None, choose: str | None):
+    """``compare --baseline``: the baseline read and checked, its files copied into ``out`` if ``out`` holds no
+    tables yet; yields it (None without --baseline). If the comparison then fails, an ``out`` made here goes."""
+    if baseline is None:
+        yield None
+        return
+    import shutil
+
+    from posenc.analysis.baseline import check_out, read_baseline, seed_out
+
+    if lengths is not None or choose is not None:
+        raise PosencError("--baseline compares at the baseline's lengths and chooses runs as it did: leave out "
+                          "--lengths and --choose")
+    base = read_baseline(baseline)
+    check_out(base, out)
+    made = seed_out(base, out)
+    try:
+        yield base
+    except BaseException:
+        if made:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def _weightless_runs(found: list[Path], compared: set[str]) -> set[Path]:

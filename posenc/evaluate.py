@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,6 +91,7 @@ class Evaluation:
     per_sequence: dict[str, np.ndarray]
     positions: dict[str, np.ndarray]
     bin_width: int
+    fingerprint: str = ""  # of the sequences evaluated (sequences_fingerprint): the same for every run
 
 
 class _Collector:
@@ -142,17 +146,46 @@ def evaluate_detailed(
     Sequences come from ``task.for_evaluation().evaluation_batches`` (fresh random sequences, fixed by
     ``seed`` and ``length``; ``lm``: consecutive windows of the same held-out text at every length).
     """
-    task = task.for_evaluation()
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     collector = _Collector(length)
-    per_batch = max(1, batch_tokens // length)
-    for batch in task.evaluation_batches(n_sequences, length, per_batch, eval_generator(length, seed)):
+    digest = hashlib.sha256()
+    for batch in evaluation_batches(task, length, n_sequences, seed, batch_tokens):
+        add_to_digest(digest, batch)
         batch = batch.to(device)
         collector.add(model(batch.inputs).float(), batch)
     model.train(was_training)
-    return collector.result()
+    return dataclasses.replace(collector.result(), fingerprint=digest.hexdigest()[:FINGERPRINT_HEX])
+
+
+FINGERPRINT_HEX = 16  # 64 bits of SHA-256: two different sets of sequences share it with odds of 2**-64
+
+
+def evaluation_batches(task: Task, length: int, n_sequences: int, seed: int = EVAL_SEED,
+                       batch_tokens: int = BATCH_TOKENS) -> Iterator[Batch]:
+    """The evaluation sequences of ``task`` at ``length``, in the batches :func:`evaluate_detailed` scores."""
+    per_batch = max(1, batch_tokens // length)
+    yield from task.for_evaluation().evaluation_batches(n_sequences, length, per_batch, eval_generator(length, seed))
+
+
+def add_to_digest(digest, batch: Batch) -> None:
+    """Feed ``batch``'s tokens, targets and answer mask into ``digest`` as little-endian int64 and uint8 bytes,
+    which are the same on every machine (the sequences come from the CPU generator)."""
+    for part in (batch.inputs, batch.targets):
+        digest.update(part.to(torch.int64).numpy().astype("<i8").tobytes())
+    digest.update(batch.mask.to(torch.uint8).numpy().tobytes())
+
+
+def sequences_fingerprint(task: Task, length: int, n_sequences: int, seed: int = EVAL_SEED,
+                          batch_tokens: int = BATCH_TOKENS) -> str:
+    """A fingerprint of the sequences :func:`evaluate_detailed` scores at ``length``, made without a model: a
+    run evaluated elsewhere (another torch version's generator, another task option) is paired with these
+    sequences only if its fingerprint is the same (``posenc compare --baseline``)."""
+    digest = hashlib.sha256()
+    for batch in evaluation_batches(task, length, n_sequences, seed, batch_tokens):
+        add_to_digest(digest, batch)
+    return digest.hexdigest()[:FINGERPRINT_HEX]
 
 
 def evaluate(

@@ -324,7 +324,7 @@ def _evaluate(about: dict, cfg, task, model, length: int, scaling, depth: float 
         "scaling_factor": math.nan if scaling.method == NO_SCALING else float(factor),
         "depth": math.nan if depth is None else float(depth), "seed": cfg.seed,
         "loss": math.nan, "perplexity": math.nan, "token_accuracy": math.nan, "exact_match": math.nan,
-        "n_sequences": 0, "seconds": 0.0, "note": "", "data": task.describe_data(),
+        "n_sequences": 0, "seconds": 0.0, "note": "", "data": task.describe_data(), "fingerprint": "",
     }  # fmt: skip
     key = {"run_id": about["run_id"], "eval_length": length, "scaling": row["scaling"], "depth": row["depth"]}
     result = Results.empty()
@@ -336,7 +336,7 @@ def _evaluate(about: dict, cfg, task, model, length: int, scaling, depth: float 
         subject = task if depth is None else task.at_depth(depth)
         count = sequences or subject.for_evaluation().evaluation_sequences(length, default_sequences(length))
         detail = evaluate_detailed(model, subject, length, count)
-        row.update(detail.means)
+        row.update(detail.means, fingerprint=detail.fingerprint)
         n = len(detail.per_sequence["exact_match"])
         result.sequences = pd.DataFrame({**key, "sequence": range(n), **detail.per_sequence})
         result.positions = pd.DataFrame({**key, **detail.positions, "bin_width": detail.bin_width})

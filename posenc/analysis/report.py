@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from posenc.analysis.baseline import baseline_section
 from posenc.analysis.claims import Side, check, paper_vs_posenc, ungated
 from posenc.analysis.literature import claims_for
 from posenc.analysis.compare import NO_SCALING, held_back, labels, pivot, sequence_block, steps_table, with_depth_means
@@ -175,8 +176,15 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
         parts += _task_section(task, comparison, steps, evidence, figures)
     if ("steps",) in figures:
         parts.append(f"## Steps to learn\n\n![steps to learn]({figures[('steps',)].name})\n")
+    parts += baseline_section(evidence, results.evaluations, _paired_metric)
     parts += _literature_section(comparison, evidence)
     return "\n".join(parts), figures
+
+
+def _paired_metric(task: str) -> str:
+    """What paired differences are shown in: token accuracy (a share per sequence), lm's loss."""
+    metrics = report_metrics(task)
+    return "loss" if metrics[0] == "perplexity" else metrics[1]
 
 
 def _task_section(task: str, comparison: pd.DataFrame, steps: pd.DataFrame, evidence: TableEvidence,
@@ -207,7 +215,7 @@ def _task_section(task: str, comparison: pd.DataFrame, steps: pd.DataFrame, evid
         parts.append("**Change of loss from the training length** (nats per byte; each window minus the same bytes "
                      "read at the training length; mean [95% interval] over seeds and windows; what the lm "
                      "claims are checked on)\n\n" + change.to_markdown(index=False, disable_numparse=True) + "\n")
-    diff_metric = "loss" if metrics[0] == "perplexity" else metrics[1]
+    diff_metric = _paired_metric(task)
     diffs = paired_table(evidence, comparison, task, diff_metric)
     if diffs is not None:
         parts.append(f"**Paired differences** in {diff_metric.replace('_', ' ')} against {REFERENCE.encoder} "

@@ -32,8 +32,13 @@ KEY = ["run_id", "eval_length", "scaling", "depth"]
 COLUMNS = [
     "run", "run_id", "config_id", "encoder", "task", "train_length", "eval_length", "scaling",
     "scaling_factor", "depth", "seed", "learned", "steps_to_learn", "loss", "perplexity", "token_accuracy",
-    "exact_match", "n_sequences", "seconds", "note", "data", "config",
+    "exact_match", "n_sequences", "seconds", "note", "data", "fingerprint", "baseline", "config",
 ]  # fmt: skip
+# Columns added after tables were committed: a table without one reads as holding this value in every row.
+LATER_COLUMNS = {
+    "fingerprint": "",  # of each row's evaluation sequences (posenc.evaluate.sequences_fingerprint)
+    "baseline": "",  # the committed comparison a row was copied from (posenc.analysis.baseline), or ""
+}
 SEQUENCE_COLUMNS = [*KEY, "sequence", "exact_match", "token_accuracy", "loss"]
 POSITION_COLUMNS = [*KEY, "position", "bin_width", "correct", "total"]
 NO_DEPTH = -1.0  # the depth key of rows without one (NaN never equals itself in a key)
@@ -184,6 +189,9 @@ def read_results(out_dir: Path) -> Results | None:
     evaluations = read_table(out_dir, EVALUATIONS)
     if evaluations is None:
         return None
+    for column, value in LATER_COLUMNS.items():
+        if column not in evaluations.columns:
+            evaluations[column] = value
     tables = [evaluations, read_table(out_dir, SEQUENCES), read_table(out_dir, POSITIONS)]
     for table, columns, stem in zip(tables, (COLUMNS, SEQUENCE_COLUMNS, POSITION_COLUMNS),
                                     (EVALUATIONS, SEQUENCES, POSITIONS)):
