@@ -28,6 +28,16 @@ below is applied by :func:`check` alone:
   "holds" or "contradicted" lines is wrong — and so that "agrees" or "differs" is wrong — is at most 5%
   (up to the intervals' own approximation). ``k`` counts every check, testable or not, fixed before the data
   is seen. Each verdict says it: "Bonferroni over 16 comparisons: 99.7% intervals".
+* **Mean ranks.** A claim whose expectations are :class:`MeanRank`\\ s is about an aggregate over several
+  tasks (:attr:`Claim.tasks`), as Kazemnejad et al. state theirs: on each task the claim's sides are ranked by
+  the metric, and a side's mean reciprocal rank is the mean over tasks of 1/(its rank). The ranks rest on
+  every pairwise interval of the sides on every task (the Bonferroni family: pairs × tasks × windows); a
+  pair is ordered where its interval lies wholly on one side of 0 and one of the two is above chance, and
+  free otherwise. A link's interval is the least and the greatest difference of mean reciprocal rank over
+  every ranking that keeps the ordered pairs (:func:`rank_bounds`): it holds (is contradicted) when every
+  such ranking puts it the expected (the other) way, so that it is wrong only when some pairwise interval
+  misses. A link whose two sides are at chance on every task is not testable. The point is the ranking of
+  the sides' pooled means, ties sharing their reciprocal ranks (:func:`reciprocal_ranks`).
 * **Outcome.** Each check *holds* (interval wholly on the expected side), is *contradicted* (wholly on the
   other), is *open* (neither), or is *not testable* (at chance; no length in the window evaluated for both
   sides). The claim is judged on its testable checks: **differs** if any is contradicted, **agrees** if all
@@ -47,6 +57,7 @@ chance level.
 from __future__ import annotations
 
 import math
+import itertools
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -146,6 +157,18 @@ class Threshold:
 
 
 @dataclass(frozen=True)
+class MeanRank:
+    """Expectation: across the claim's tasks, ``better`` has a higher mean reciprocal rank than ``worse``
+    among the claim's sides, each task ranking them by the metric (see the module docstring)."""
+
+    better: Side
+    worse: Side
+
+
+MAX_RANKED = 8  # sides a rank claim may rank: its bounds run over every ordering of them (8! = 40320)
+
+
+@dataclass(frozen=True)
 class Reported:
     """A number the source reports for one side, on the claim's metric, in its own setting (see
     :attr:`Claim.reported_where`), so that a report can set it beside posenc's (:func:`paper_vs_posenc`)."""
@@ -171,6 +194,8 @@ class Claim:
         untestable_reason: non-empty: the claim is never checked, the verdict is "not testable" with it.
         reported: the source's own numbers for some sides (empty: none recorded).
         reported_where: what those numbers are and where they come from (needed when ``reported`` is set).
+        more_tasks: the tasks past ``task`` that a claim of :class:`MeanRank`\\ s ranks its sides on (a
+            report lists the claim only where every one of :attr:`tasks` was run).
     """
 
     key: str
@@ -184,6 +209,7 @@ class Claim:
     untestable_reason: str = ""
     reported: tuple[Reported, ...] = ()
     reported_where: str = ""
+    more_tasks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.metric not in HIGHER_BETTER + LOWER_BETTER:
@@ -193,7 +219,24 @@ class Claim:
             raise ValueError(f"claim {self.key}: needs at least one window and one expectation")
         if self.reported and not self.reported_where:
             raise ValueError(f"claim {self.key}: reported numbers need reported_where")
+        ranked = [isinstance(e, MeanRank) for e in self.expect]
+        if any(ranked) and not all(ranked):
+            raise ValueError(f"claim {self.key}: mean ranks cannot be mixed with other expectations")
+        if self.more_tasks and not all(ranked):
+            raise ValueError(f"claim {self.key}: only a claim of mean ranks spans several tasks")
+        if all(ranked) and len(self.sides()) > MAX_RANKED:
+            raise ValueError(f"claim {self.key}: ranks at most {MAX_RANKED} sides, not {len(self.sides())}")
         object.__setattr__(self, "windows", windows)
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """Every task the claim is checked on: ``task``, then :attr:`more_tasks`."""
+        return (self.task, *self.more_tasks)
+
+    @property
+    def ranked(self) -> bool:
+        """A claim about mean ranks across :attr:`tasks` (its expectations are :class:`MeanRank`\\ s)."""
+        return isinstance(self.expect[0], MeanRank)
 
     @property
     def in_distribution(self) -> bool:
@@ -203,7 +246,11 @@ class Claim:
 
     @property
     def comparisons(self) -> int:
-        """``k``, the number of expectation×window checks: the Bonferroni family."""
+        """``k``, the Bonferroni family: the expectation×window checks, or for a claim of mean ranks the
+        pairwise intervals its ranks rest on (pairs of sides × tasks × windows)."""
+        if self.ranked:
+            n = len(self.sides())
+            return n * (n - 1) // 2 * len(self.tasks) * len(self.windows)
         return len(self.expect) * len(self.windows)
 
     @property
@@ -214,7 +261,7 @@ class Claim:
     def sides(self) -> tuple[Side, ...]:
         """Every side the expectations name, each once, in order of first mention."""
         named = [s for e in self.expect
-                 for s in ((e.better, e.worse) if isinstance(e, Comparison) else (e.side,))]
+                 for s in ((e.side,) if isinstance(e, Threshold) else (e.better, e.worse))]
         return tuple(dict.fromkeys(named))
 
 
@@ -254,7 +301,7 @@ class Check:
             nothing was estimated.
     """
 
-    expectation: Comparison | Threshold
+    expectation: Comparison | Threshold | MeanRank
     window: Window
     state: int | None
     line: str
@@ -279,21 +326,25 @@ class Verdict:
         16 testable"``; empty when nothing was checked."""
         if not self.checks:
             return ""
-        k = len(self.checks)
+        k, n = self.claim.comparisons, len(self.checks)
         level = 100 * (1 - FAMILY_ERROR / k)
-        text = (f"Bonferroni over {k} comparisons: {level:.3g}% intervals" if k > 1
-                else f"one comparison: {level:.3g}% interval")
+        if self.claim.ranked:
+            text = f"Bonferroni over the {k} pairwise intervals the ranks rest on: {level:.3g}% intervals"
+        else:
+            text = (f"Bonferroni over {k} comparisons: {level:.3g}% intervals" if k > 1
+                    else f"one comparison: {level:.3g}% interval")
         testable = sum(c.state is not None for c in self.checks)
-        return text if testable == k else f"{text}; judged on the {testable} of {k} testable"
+        return text if testable == n else f"{text}; judged on the {testable} of {n} testable"
 
     def markdown(self) -> str:
-        """A Markdown bullet: ``- **agrees** — <source to 1st comma> (<task>): <statement>. <details>. <rule>.
+        """A Markdown bullet: ``- **agrees** — <source to 1st comma> (<tasks>): <statement>. <details>. <rule>.
         <reported>. <caveat>.``"""
         caveat = self.claim.caveat.rstrip(".")
         parts = [self.claim.statement.rstrip("."), "; ".join(self.details), self.rule,
                  _reported_text(self.claim), caveat[:1].upper() + caveat[1:]]
         text = ". ".join(p for p in parts if p) + "."
-        return f"- **{self.outcome}** — {self.claim.source.split(',')[0]} ({self.claim.task}): {text}"
+        tasks = ", ".join(self.claim.tasks)
+        return f"- **{self.outcome}** — {self.claim.source.split(',')[0]} ({tasks}): {text}"
 
 
 def _reported_text(claim: Claim) -> str:
@@ -335,14 +386,17 @@ def _has_values(per_seed: Mapping[Hashable, np.ndarray] | None) -> bool:
     return bool(per_seed) and any(np.any(~np.isnan(np.asarray(v, dtype=float))) for v in per_seed.values())
 
 
-def _window_lengths(evidence: Evidence, claim: Claim, side: Side, window: Window) -> list[int]:
-    """The side's evaluation lengths in ``window`` (relative to its own training length) with values."""
-    train = evidence.train_length(claim.task, side)
+def _window_lengths(evidence: Evidence, claim: Claim, side: Side, window: Window,
+                    task: str | None = None) -> list[int]:
+    """The side's evaluation lengths in ``window`` (relative to its own training length) with values, on
+    ``task`` (default: the claim's)."""
+    task = claim.task if task is None else task
+    train = evidence.train_length(task, side)
     if train is None:
         return []
     metric = _asked_metric(claim.metric)
-    return [n for n in sorted(evidence.lengths(claim.task, side, metric))
-            if window.contains(n, train) and _has_values(evidence.at_length(claim.task, side, n, metric))]
+    return [n for n in sorted(evidence.lengths(task, side, metric))
+            if window.contains(n, train) and _has_values(evidence.at_length(task, side, n, metric))]
 
 
 def _pool(per_length: list[Mapping[Hashable, np.ndarray]], sizes: list[int]) -> list[np.ndarray]:
@@ -362,11 +416,54 @@ def _pool(per_length: list[Mapping[Hashable, np.ndarray]], sizes: list[int]) -> 
     return pooled
 
 
+def _side_pool(evidence: Evidence, claim: Claim, side: Side, window: Window,
+               task: str | None = None) -> tuple[list[np.ndarray], list[int]]:
+    """One side's values over its own lengths in ``window`` (every sequence of each), pooled per seed, and
+    those lengths."""
+    task = claim.task if task is None else task
+    lengths = _window_lengths(evidence, claim, side, window, task)
+    parts = [evidence.at_length(task, side, n, _asked_metric(claim.metric)) or {} for n in lengths]
+    sizes = [max(np.asarray(v).size for v in part.values()) for part in parts]
+    return _pool(parts, sizes), lengths
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """``first − second`` over the lengths of a window both were evaluated at (``estimate`` None: none),
+    at a claim's level, and whether neither side's own interval there is above chance."""
+
+    estimate: Estimate | None
+    lengths: tuple[int, ...]
+    at_chance: bool = False
+
+
+def _pair(evidence: Evidence, claim: Claim, first: Side, second: Side, window: Window,
+          task: str | None = None) -> _Pair:
+    """Both sides pooled over their common lengths (each cut to the sequences both have there), paired."""
+    task = claim.task if task is None else task
+    metric, higher, level = _asked_metric(claim.metric), claim.metric in HIGHER_BETTER, claim.level
+    lengths = sorted(set(_window_lengths(evidence, claim, first, window, task))
+                     & set(_window_lengths(evidence, claim, second, window, task)))
+    if not lengths:
+        return _Pair(None, ())
+    parts = [[evidence.at_length(task, s, n, metric) or {} for n in lengths] for s in (first, second)]
+    sizes = [min(np.asarray(v).size for side in parts for v in side[i].values()) for i in range(len(lengths))]
+    a, b = _pool(parts[0], sizes), _pool(parts[1], sizes)
+    chance = evidence.chance(task, metric)
+    at_chance = not math.isnan(chance) and all(_group(x, higher, level, task).low <= chance for x in (a, b))
+    return _Pair(_paired(a, b, higher, level, task), tuple(lengths), at_chance)
+
+
 def _span(lengths: Sequence[int]) -> str:
     """``"36–64, 8 lengths"`` or ``"128, 1 length"``."""
     if len(lengths) == 1:
         return f"{lengths[0]}, 1 length"
     return f"{lengths[0]}–{lengths[-1]}, {len(lengths)} lengths"
+
+
+def _over(window: Window) -> str:
+    """``"at 2×"`` or ``"over (1×, 2×]"``."""
+    return window.where() if window.exact else f"over {window.label()}"
 
 
 def _where(window: Window, lengths: Sequence[int]) -> str:
@@ -386,36 +483,29 @@ def _words(metric: str) -> str:
 
 def _judge_comparison(c: Comparison, claim: Claim, window: Window, evidence: Evidence) -> Check:
     """The difference is oriented so that positive = holds: better − worse, or worse − better in loss."""
-    metric, higher = _asked_metric(claim.metric), claim.metric in HIGHER_BETTER
+    higher = claim.metric in HIGHER_BETTER
     first, second = (c.better, c.worse) if higher else (c.worse, c.better)
-    lengths = sorted(set(_window_lengths(evidence, claim, first, window))
-                     & set(_window_lengths(evidence, claim, second, window)))
-    label = f"{first.label()} − {second.label()}"
-    if not lengths:
+    pair, label = _pair(evidence, claim, first, second, window), f"{first.label()} − {second.label()}"
+    if pair.estimate is None:
         return Check(c, window, None,
                      f"{label} {window.where()}: no length evaluated for both (not testable)")
-    parts = [[evidence.at_length(claim.task, s, n, metric) or {} for n in lengths] for s in (first, second)]
-    sizes = [min(np.asarray(v).size for side in parts for v in side[i].values()) for i in range(len(lengths))]
-    a, b = _pool(parts[0], sizes), _pool(parts[1], sizes)
-    level, where = claim.level, _where(window, lengths)
-    est = _paired(a, b, higher, level, claim.task)
-    head = f"{label} {where}: {est.format(signed=True)} {_words(metric)}"
-    chance = evidence.chance(claim.task, metric)
-    if not math.isnan(chance) and all(_group(side, higher, level, claim.task).low <= chance for side in (a, b)):
+    est, lengths = pair.estimate, pair.lengths
+    metric = _words(_asked_metric(claim.metric))
+    head = f"{label} {_where(window, lengths)}: {est.format(signed=True)} {metric}"
+    if pair.at_chance:
+        chance = evidence.chance(claim.task, _asked_metric(claim.metric))
         return Check(c, window, None, f"{head} (not testable: at chance, neither side's interval above "
-                                      f"{chance:.3g})", tuple(lengths), est)
+                                      f"{chance:.3g})", lengths, est)
     state = 1 if est.low > 0 else -1 if est.high < 0 else 0
-    return Check(c, window, state, f"{head} ({_STATES[state]})", tuple(lengths), est)
+    return Check(c, window, state, f"{head} ({_STATES[state]})", lengths, est)
 
 
 def _judge_threshold(t: Threshold, claim: Claim, window: Window, evidence: Evidence) -> Check:
     """A side's pooled value against ``t.value``; a side that did not learn cannot hold."""
     metric, higher = _asked_metric(claim.metric), claim.metric in HIGHER_BETTER
     value = math.log(t.value) if claim.metric == "perplexity" else t.value
-    lengths = _window_lengths(evidence, claim, t.side, window)
-    parts = [evidence.at_length(claim.task, t.side, n, metric) or {} for n in lengths]
-    sizes = [max(np.asarray(v).size for v in part.values()) for part in parts]
-    est = _group(_pool(parts, sizes), higher, claim.level, claim.task)
+    pooled, lengths = _side_pool(evidence, claim, t.side, window)
+    est = _group(pooled, higher, claim.level, claim.task)
     if higher:
         state = 1 if est.low >= value else -1 if est.high < value else 0
     else:
@@ -428,34 +518,156 @@ def _judge_threshold(t: Threshold, claim: Claim, window: Window, evidence: Evide
                                    f"{_words(metric)}, needs {need} ({note})", tuple(lengths), est)
 
 
+# --- mean ranks across tasks --------------------------------------------------------------------------------
+
+def reciprocal_ranks(scores: Sequence[float], higher: bool = True) -> np.ndarray:
+    """Each score's reciprocal rank: 1 for the best, ``1/n`` for the worst of ``n``; tied scores share the
+    mean of the reciprocal ranks they span (two tied for first: (1 + 1/2)/2 each). Kazemnejad et al.'s
+    notebook breaks ties by row order instead (pandas ``rank(method="first")``)."""
+    s = np.asarray(scores, dtype=float) * (1 if higher else -1)
+    order = sorted(range(s.size), key=lambda i: -s[i])
+    rr, start = np.empty(s.size), 0
+    while start < s.size:
+        stop = start + 1
+        while stop < s.size and s[order[stop]] == s[order[start]]:
+            stop += 1
+        rr[order[start:stop]] = np.mean(1 / np.arange(start + 1, stop + 1))
+        start = stop
+    return rr
+
+
+@dataclass(frozen=True)
+class TaskRanking:
+    """What one task says about the order of a rank claim's sides (indices into :meth:`Claim.sides`).
+
+    Attributes:
+        means: each side's pooled mean over the window.
+        ordered: pairs ``(i, j)`` where side i surely beats side j: their paired interval at the claim's level
+            lies wholly on i's side and one of them is above chance.
+        above_chance: the sides whose own interval lies above chance (every side where chance is NaN).
+    """
+
+    means: tuple[float, ...]
+    ordered: frozenset[tuple[int, int]]
+    above_chance: frozenset[int]
+
+
+def _task_ranking(claim: Claim, task: str, window: Window, evidence: Evidence) -> TaskRanking:
+    """The claim's sides on one task, every pair compared (see :class:`TaskRanking`)."""
+    sides, higher = claim.sides(), claim.metric in HIGHER_BETTER
+    chance = evidence.chance(task, _asked_metric(claim.metric))
+    means, above = [], set()
+    for i, side in enumerate(sides):
+        est = _group(_side_pool(evidence, claim, side, window, task)[0], higher, claim.level, task)
+        means.append(est.mean)
+        if math.isnan(chance) or est.low > chance:
+            above.add(i)
+    ordered = set()
+    for i, j in itertools.combinations(range(len(sides)), 2):
+        pair = _pair(evidence, claim, sides[i], sides[j], window, task)
+        if pair.estimate is None or not {i, j} & above:
+            continue
+        est = pair.estimate
+        low, high = (est.low, est.high) if higher else (-est.high, -est.low)  # positive: i better
+        if low > 0:
+            ordered.add((i, j))
+        elif high < 0:
+            ordered.add((j, i))
+    return TaskRanking(tuple(means), frozenset(ordered), frozenset(above))
+
+
+def rank_bounds(n: int, ordered: frozenset[tuple[int, int]], i: int, j: int) -> tuple[float, float]:
+    """The least and the greatest of ``1/rank(i) − 1/rank(j)`` over every ordering of ``n`` sides that puts
+    ``a`` above ``b`` for each ``(a, b)`` in ``ordered``. Where no ordering does (intervals that contradict
+    one another: one of them missed), over every ordering: nothing is known."""
+    diffs = []
+    for order in itertools.permutations(range(n)):
+        rank = {side: k + 1 for k, side in enumerate(order)}
+        if all(rank[a] < rank[b] for a, b in ordered):
+            diffs.append(1 / rank[i] - 1 / rank[j])
+    if not diffs:
+        return 1 / n - 1, 1 - 1 / n
+    return min(diffs), max(diffs)
+
+
+def _judge_mean_rank(m: MeanRank, claim: Claim, window: Window, rankings: Sequence[TaskRanking]) -> Check:
+    """``better − worse`` in mean reciprocal rank over the claim's tasks: the point from the pooled means,
+    the interval from :func:`rank_bounds` averaged over tasks (each task's bounds are independent)."""
+    sides, higher = claim.sides(), claim.metric in HIGHER_BETTER
+    i, j = sides.index(m.better), sides.index(m.worse)
+    label = f"{m.better.label()} − {m.worse.label()} in mean reciprocal rank {_over(window)}"
+    if not any({i, j} & r.above_chance for r in rankings):
+        return Check(m, window, None, f"{label}: at chance on every task (not testable)")
+    bounds = [rank_bounds(len(sides), r.ordered, i, j) for r in rankings]
+    points = [reciprocal_ranks(r.means, higher) for r in rankings]
+    est = Estimate(float(np.mean([p[i] - p[j] for p in points])), float(np.mean([b[0] for b in bounds])),
+                   float(np.mean([b[1] for b in bounds])), 0, 0)
+    state = 1 if est.low > 0 else -1 if est.high < 0 else 0
+    return Check(m, window, state, f"{label}: {est.format(signed=True)} over the rankings the intervals "
+                                   f"allow ({_STATES[state]})", (), est)
+
+
+def _rank_checks(claim: Claim, evidence: Evidence) -> tuple[list[Check], list[str]]:
+    """Every link of a claim of mean ranks in every window, and per window a line of each side's mean
+    reciprocal rank (the point) before the links' lines."""
+    checks, lines, higher = [], [], claim.metric in HIGHER_BETTER
+    for window in claim.windows:
+        rankings = [_task_ranking(claim, task, window, evidence) for task in claim.tasks]
+        mrr = np.mean([reciprocal_ranks(r.means, higher) for r in rankings], axis=0)
+        best_first = sorted(zip(claim.sides(), mrr), key=lambda pair: -pair[1])
+        ranked = ", ".join(f"{side.label()} {v:.3f}" for side, v in best_first)
+        lines.append(f"mean reciprocal rank {_over(window)} on {', '.join(claim.tasks)} (each task ranking "
+                     f"the sides' mean {_words(_asked_metric(claim.metric))}, ties shared): {ranked}")
+        found = [_judge_mean_rank(m, claim, window, rankings) for m in claim.expect]
+        checks += found
+        lines += [c.line for c in found]
+    return checks, lines
+
+
+# --- the check --------------------------------------------------------------------------------------------
+
+def _problems(claim: Claim, evidence: Evidence) -> list[str]:
+    """Why the claim cannot be checked: a side without runs, not learned (but for a claim about learning
+    itself), or not evaluated in a window, on any of its tasks (named when there are several)."""
+    problems = []
+    for task in claim.tasks:
+        on = f" on {task}" if len(claim.tasks) > 1 else ""
+        for side in claim.sides():
+            learned = evidence.learned(task, side)
+            if learned is None or (not learned and not claim.in_distribution):
+                problems.append(f"{side.label()} has no runs on {task}" if learned is None
+                                else _not_learned(side, task))
+                continue
+            missing = [w for w in claim.windows if not _window_lengths(evidence, claim, side, w, task)]
+            if missing:
+                problems.append(f"{side.label()} not evaluated {', '.join(w.where() for w in missing)}{on}")
+    return problems
+
+
 def check(claim: Claim, evidence: Evidence) -> Verdict:
     """Check one claim against the evidence; see the module docstring for the rules and the four outcomes.
 
     Comparisons use :func:`posenc.analysis.stats.paired_difference` and thresholds :func:`posenc.analysis.stats.group_estimate`,
-    bounded for exact match and token accuracy, unbounded for loss, at the claim's Bonferroni level.
+    bounded for exact match and token accuracy, unbounded for loss, at the claim's Bonferroni level; mean
+    ranks rest on the paired differences of every pair of sides on every task (:func:`rank_bounds`).
     """
     if claim.untestable_reason:
         return Verdict(claim, "not testable", (claim.untestable_reason,))
-    problems = []
-    for side in claim.sides():
-        learned = evidence.learned(claim.task, side)
-        if learned is None or (not learned and not claim.in_distribution):
-            problems.append(f"{side.label()} has no runs on {claim.task}" if learned is None
-                            else _not_learned(side, claim.task))
-            continue
-        missing = [w for w in claim.windows if not _window_lengths(evidence, claim, side, w)]
-        if missing:
-            problems.append(f"{side.label()} not evaluated {', '.join(w.where() for w in missing)}")
+    problems = _problems(claim, evidence)
     if problems:
         return Verdict(claim, "not testable", tuple(problems))
-    checks = []
-    for expectation in claim.expect:
-        judge = _judge_comparison if isinstance(expectation, Comparison) else _judge_threshold
-        checks += [judge(expectation, claim, window, evidence) for window in claim.windows]
+    if claim.ranked:
+        checks, details = _rank_checks(claim, evidence)
+    else:
+        checks = []
+        for expectation in claim.expect:
+            judge = _judge_comparison if isinstance(expectation, Comparison) else _judge_threshold
+            checks += [judge(expectation, claim, window, evidence) for window in claim.windows]
+        details = [c.line for c in checks]
     states = [c.state for c in checks if c.state is not None]
     outcome = ("not testable" if not states else "differs" if -1 in states
                else "agrees" if all(s == 1 for s in states) else "inconclusive")
-    return Verdict(claim, outcome, tuple(c.line for c in checks), tuple(checks))
+    return Verdict(claim, outcome, tuple(details), tuple(checks))
 
 
 class _Converged:
@@ -497,13 +709,11 @@ def paper_vs_posenc(claim: Claim, evidence: Evidence, level: float = 0.95,
     was not evaluated), at ``level`` (default 95%: a description, not a test), and the lengths pooled. Then
     the same for each of ``others`` the paper did not run (its :class:`Reported` value NaN), so that a reader
     sees every encoder of the comparison on the paper's quantity."""
-    metric, higher = _asked_metric(claim.metric), claim.metric in HIGHER_BETTER
+    higher = claim.metric in HIGHER_BETTER
     named = {r.side for r in claim.reported}
     extra = tuple(Reported(side, math.nan) for side in others if side not in named)
     rows = []
     for reported in (*claim.reported, *extra):
-        lengths = _window_lengths(evidence, claim, reported.side, claim.windows[0])
-        parts = [evidence.at_length(claim.task, reported.side, n, metric) or {} for n in lengths]
-        sizes = [max(np.asarray(v).size for v in part.values()) for part in parts]
-        rows.append((reported, _group(_pool(parts, sizes), higher, level), tuple(lengths)))
+        pooled, lengths = _side_pool(evidence, claim, reported.side, claim.windows[0])
+        rows.append((reported, _group(pooled, higher, level), tuple(lengths)))
     return rows

@@ -2,6 +2,7 @@
 evidence, and the check's rules
 (windows, chance, Bonferroni, thresholds that can fail), and posenc.analysis.evidence over results tables."""
 
+import itertools
 import math
 from statistics import NormalDist
 
@@ -17,6 +18,7 @@ from posenc.analysis.claims import (
     OUTCOMES,
     Claim,
     Comparison,
+    MeanRank,
     Reported,
     Side,
     Threshold,
@@ -24,6 +26,8 @@ from posenc.analysis.claims import (
     Window,
     check,
     paper_vs_posenc,
+    rank_bounds,
+    reciprocal_ranks,
 )
 from posenc.analysis.literature import CLAIMS, claims_for
 from posenc.analysis.stats import group_estimate, paired_difference
@@ -78,7 +82,7 @@ def ranks(claim: Claim) -> dict[Side, int]:
     rank = dict.fromkeys(claim.sides(), 0)
     for _ in rank:
         for e in claim.expect:
-            if isinstance(e, Comparison):
+            if not isinstance(e, Threshold):
                 rank[e.better] = max(rank[e.better], rank[e.worse] + 1)
     return rank
 
@@ -122,20 +126,18 @@ def evidence_for(claim: Claim, outcome: str, spread: float = 0.01) -> FakeEviden
     elif outcome == "inconclusive":  # the expected order, by a margin far inside the intervals
         quality = {side: 0.5 + 0.002 * q for side, q in quality.items()}
     values = {}
-    for side, q in quality.items():
-        for window in claim.windows:
-            for n in lengths_in(window):
-                if outcome == "at chance":  # nothing right; losses all alike (loss has no chance level)
-                    values[claim.task, side, n, metric] = ([np.zeros(N)] * SEEDS if higher
-                                                           else seeds_for(0.5, False, n))
-                else:
-                    values[claim.task, side, n, metric] = seeds_for(q, higher, n, spread)
+    for task, (side, q), window in itertools.product(claim.tasks, quality.items(), claim.windows):
+        for n in lengths_in(window):
+            if outcome == "at chance":  # nothing right; losses all alike (loss has no chance level)
+                values[task, side, n, metric] = [np.zeros(N)] * SEEDS if higher else seeds_for(0.5, False, n)
+            else:
+                values[task, side, n, metric] = seeds_for(q, higher, n, spread)
     if outcome != "at chance":
         for t in (e for e in claim.expect if isinstance(e, Threshold)):
             for window in claim.windows:
                 for n in lengths_in(window):
                     values[claim.task, t.side, n, metric] = threshold_seeds(t, claim, outcome)
-    learned = {(claim.task, side): True for side in claim.sides()}
+    learned = {(task, side): True for task in claim.tasks for side in claim.sides()}
     if outcome == "not testable" and claim.in_distribution:  # not learning is its evidence: no runs instead
         del learned[claim.task, claim.sides()[0]]
     elif outcome == "not testable":
@@ -169,7 +171,7 @@ def bonferroni_evidence(claim: Claim):
     found = []
     for window in claim.windows:
         lengths = lengths_in(window)
-        if isinstance(target, Comparison):
+        if not isinstance(target, Threshold):
             x = np.concatenate([ev._values[claim.task, target.better, n, metric][0] for n in lengths])
             candidates = []
             if higher:  # worse := better with c + d of its successes failed and d of its failures passed
@@ -194,8 +196,8 @@ def bonferroni_evidence(claim: Claim):
             else:
                 raise AssertionError(f"{claim.key}: no borderline data found")
             chunks = np.split(y, len(lengths))
-            for n, chunk in zip(lengths, chunks):
-                ev._values[claim.task, target.worse, n, metric] = [chunk] * SEEDS
+            for task, (n, chunk) in itertools.product(claim.tasks, zip(lengths, chunks)):  # every task alike
+                ev._values[task, target.worse, n, metric] = [chunk] * SEEDS
         else:
             assert higher, "a lower-is-better threshold has no borderline helper yet"
             many = 10 * N  # a threshold is not paired: its side may have more sequences, for a finer step
@@ -239,7 +241,7 @@ def test_every_claim_reaches_every_outcome(claim, case):
     if case == "bonferroni" and not claim.untestable_reason:
         evidence, target, found = bonferroni_evidence(claim)
         for wide, adjusted in found:  # the unadjusted interval would decide it; the adjusted one does not
-            assert (wide.low > 0) if isinstance(target, Comparison) else (wide.low >= target.value)
+            assert (wide.low > 0) if not isinstance(target, Threshold) else (wide.low >= target.value)
             assert adjusted.high - adjusted.low > wide.high - wide.low
     else:
         evidence = evidence_for(claim, "agrees" if case == "bonferroni" else case)
@@ -247,10 +249,14 @@ def test_every_claim_reaches_every_outcome(claim, case):
     assert verdict.outcome == expected(claim, case), verdict.details
     assert verdict.claim is claim and verdict.details
     if verdict.checks:  # a line per expectation per window, each at the claim's Bonferroni level
-        assert len(verdict.details) == claim.comparisons == len(verdict.checks)
+        assert len(verdict.checks) == len(claim.expect) * len(claim.windows)
+        # a claim of mean ranks: a line of every side's mean reciprocal rank per window, before its links'
+        assert len(verdict.details) == len(verdict.checks) + claim.ranked * len(claim.windows)
+        assert claim.comparisons == (len(verdict.checks) if not claim.ranked else
+                                     math.comb(len(claim.sides()), 2) * len(claim.tasks) * len(claim.windows))
         assert f"{100 * (1 - FAMILY_ERROR / claim.comparisons):.3g}%" in verdict.rule
     if case == "at chance" and expected(claim, case) == "not testable" and not claim.untestable_reason:
-        assert all("at chance" in line for line in verdict.details)
+        assert all("at chance" in c.line for c in verdict.checks)
         assert "judged on the 0 of" in verdict.rule
     if case == "bonferroni" and claim.comparisons > 1:
         assert not any(c.state == -1 for c in verdict.checks)
@@ -273,7 +279,8 @@ def test_missing_or_unlearned_side_is_not_testable(claim):
         del evidence._values[claim.task, side, n, metric]
     verdict = check(claim, evidence)
     assert verdict.outcome == "not testable"
-    assert verdict.details == (f"{side.label()} not evaluated {where}",)
+    on = f" on {claim.task}" if len(claim.tasks) > 1 else ""  # a claim across tasks names the task
+    assert verdict.details == (f"{side.label()} not evaluated {where}{on}",)
     evidence = evidence_for(claim, "agrees")
     for n in lengths_in(window):
         evidence._values[claim.task, side, n, metric] = [np.full(N, np.nan)] * SEEDS
@@ -526,8 +533,8 @@ def test_detail_lines_and_markdown():
     assert verdict.details[1].startswith("t5 − alibi over (2×, 4×] (128, 1 length): +")
     bullet = verdict.markdown()
     assert bullet.startswith("- **agrees** — Kazemnejad et al. 2023 (copy): Past the training length, exact")
-    assert "Bonferroni over 16 comparisons: 99.7% intervals." in bullet
-    assert "Reported (exact match over (L, 2L], L = 20" in bullet and "nope 0.986, t5 0.771" in bullet
+    assert "Bonferroni over 14 comparisons: 99.6% intervals." in bullet
+    assert "Reported (exact match over (L, 2L], L = 20" in bullet and "nope 0.305, t5 0.420" in bullet
     assert bullet.endswith("the paper's APE is posenc's sinusoidal.") and "\n" not in bullet
     plain = Verdict(toy(), "differs", ("x",)).markdown()
     assert plain == "- **differs** — Someone et al. 2024 (copy): A beats B. x. A caveat."
@@ -551,27 +558,165 @@ def test_a_claim_is_validated_when_it_is_made():
 
 
 
+NOPE, T5, ALIBI, ROPE, SIN = (Side(e) for e in ("nope", "t5", "alibi", "rope", "sinusoidal"))
+STRICT = {(T5, ALIBI), (ALIBI, ROPE), (NOPE, ALIBI), (NOPE, ROPE), (T5, ROPE), (NOPE, SIN), (T5, SIN), (ALIBI, SIN)}
+
+
 @pytest.mark.parametrize("task", ["copy", "reverse"])
-def test_kazemnejad_is_his_strict_ordering_on_exact_match_with_his_numbers(task):
+def test_kazemnejad_per_task_tests_the_links_his_matched_numbers_show(task):
+    """McGill-NLP/length-generalization results/sanity_check.jsonl, job_type best_run_seed_exp, field
+    pred/test_acc_overall, mean of 3 seeds: copy from split cmc_tr20_ts40 (copy_multi_char), reverse from
+    mc_tr20_ts40; on copy their ALiBi (0.331) is above their NoPE (0.305), so NoPE > ALiBi is not asked there."""
     claim = next(c for c in CLAIMS if c.key == f"kazemnejad2023_{task}")
-    nope, t5, alibi, rope, sin = (Side(e) for e in ("nope", "t5", "alibi", "rope", "sinusoidal"))
     assert claim.metric == "exact_match" and claim.windows == (Window(1, 2), Window(2, 4))
-    pairs = {(e.better, e.worse) for e in claim.expect}
-    assert pairs == {(t5, alibi), (alibi, rope), (nope, alibi), (nope, rope), (t5, rope), (nope, sin),
-                     (t5, sin), (alibi, sin)}
-    assert "NoPE ≥ T5 and RoPE ≥ APE are not strict" in claim.caveat
     paper = {r.side: r.value for r in claim.reported}
-    assert paper == ({nope: 0.986, t5: 0.771, alibi: 0.289, rope: 0.0, sin: 0.0} if task == "copy"
-                     else {nope: 0.473, t5: 0.448, alibi: 0.195, rope: 0.053, sin: 0.011})
-    for better, worse in pairs:  # the paper's own numbers keep the order it claims (ties where not strict)
-        assert paper[better] >= paper[worse]
+    assert paper == ({NOPE: 0.305, T5: 0.420, ALIBI: 0.331, ROPE: 0.011, SIN: 0.028} if task == "copy"
+                     else {NOPE: 0.230, T5: 0.242, ALIBI: 0.171, ROPE: 0.077, SIN: 0.023})
+    split = {"copy": "s2s_copy/cmc_tr20_ts40", "reverse": "s2s_reverse/mc_tr20_ts40"}[task]
+    assert claim.reported_where.endswith(f"split {split}")
+    assert "results/sanity_check.jsonl" in claim.reported_where and "pred/test_acc_overall" in claim.reported_where
+    pairs = {(e.better, e.worse) for e in claim.expect}
+    assert pairs == ({p for p in STRICT if p != (NOPE, ALIBI)} if task == "copy" else STRICT)
+    assert all(paper[better] > paper[worse] for better, worse in pairs)  # the paper's own numbers show each
+    assert ("nope > alibi (0.305 against 0.331)" in claim.caveat) == (task == "copy")
+    assert "NoPE ≥ T5 and RoPE ≥ APE are not strict" in claim.caveat
     rows = paper_vs_posenc(claim, evidence_for(claim, "agrees"))
     assert [r.side for r, _, _ in rows] == list(paper) and all(lengths == tuple(lengths_in(Window(1, 2)))
                                                              for _, _, lengths in rows)
     assert rows[0][1].mean > rows[-1][1].mean  # nope (best) over sinusoidal (worst) in the fake evidence
-    more = paper_vs_posenc(claim, evidence_for(claim, "agrees"), others=[rope, Side("kerple")])
+    more = paper_vs_posenc(claim, evidence_for(claim, "agrees"), others=[ROPE, Side("kerple")])
     assert [r.side for r, _, _ in more] == [*paper, Side("kerple")]  # rope once; kerple, not in the paper, after
     assert math.isnan(more[-1][0].value) and math.isnan(more[-1][1].mean)  # no paper number; not evaluated here
+
+
+def test_kazemnejad_headline_is_a_mean_rank_across_copy_and_reverse():
+    """The paper's form: a mean reciprocal rank over tasks (its notebook's compute_mean_reciprocal_rank), on
+    which its own matched numbers keep all 8 strict links (t5 0.917, nope 0.528, alibi 0.375, sinusoidal
+    0.233, rope 0.231)."""
+    claim = CLAIMS[0]
+    assert claim.key == "kazemnejad2023_mean_rank" and claim.ranked and claim.tasks == ("copy", "reverse")
+    assert claim.metric == "exact_match" and claim.windows == (Window(1, 2),) and not claim.reported
+    assert {(e.better, e.worse) for e in claim.expect} == STRICT and all(isinstance(e, MeanRank)
+                                                                        for e in claim.expect)
+    assert claim.comparisons == 20 and claim.level == pytest.approx(1 - 0.05 / 20)  # 10 pairs x 2 tasks
+    assert "t5 0.917, nope 0.528, alibi 0.375, sinusoidal 0.233, rope 0.231" in claim.caveat
+    assert claims_for({"copy"}) == [c for c in CLAIMS if c.key == "kazemnejad2023_copy"] + \
+        [c for c in CLAIMS if c.key == "ruoss2023_copy"]  # a claim across tasks needs every one of them
+    assert claim in claims_for({"copy", "reverse", "retrieval"})
+    bullet = check(claim, evidence_for(claim, "agrees")).markdown()
+    assert bullet.startswith("- **agrees** — Kazemnejad et al. 2023 (copy, reverse): Past the training length")
+
+
+# --- mean ranks across tasks --------------------------------------------------------------------------------
+
+def test_reciprocal_ranks_share_ties():
+    assert list(reciprocal_ranks([0.3, 0.9, 0.1])) == [0.5, 1.0, pytest.approx(1 / 3)]
+    assert list(reciprocal_ranks([0.5, 0.5, 0.1])) == [0.75, 0.75, pytest.approx(1 / 3)]  # (1 + 1/2) / 2
+    assert list(reciprocal_ranks([0.0, 0.2, 0.0, 0.0])) == pytest.approx([(1 / 2 + 1 / 3 + 1 / 4) / 3, 1,
+                                                                            (1 / 2 + 1 / 3 + 1 / 4) / 3,
+                                                                            (1 / 2 + 1 / 3 + 1 / 4) / 3])
+    assert list(reciprocal_ranks([2.0, 1.0], higher=False)) == [0.5, 1.0]  # a loss: lower is better
+
+
+def test_rank_bounds_run_over_every_ordering_the_ordered_pairs_allow():
+    assert rank_bounds(3, frozenset(), 0, 1) == (pytest.approx(1 / 3 - 1), pytest.approx(1 - 1 / 3))
+    assert rank_bounds(3, frozenset({(0, 1), (1, 2)}), 0, 1) == (0.5, 0.5)  # one ordering: 0, 1, 2
+    low, high = rank_bounds(3, frozenset({(0, 2), (1, 2)}), 0, 1)  # 0 and 1 free above 2
+    assert (low, high) == (-0.5, 0.5)
+    assert rank_bounds(3, frozenset({(0, 1)}), 0, 1) == (pytest.approx(1 / 2 - 1 / 3), 1 - 1 / 3)
+    # intervals that contradict one another (a cycle): nothing is known
+    assert rank_bounds(3, frozenset({(0, 1), (1, 2), (2, 0)}), 0, 1) == (pytest.approx(-2 / 3),
+                                                                          pytest.approx(2 / 3))
+
+
+X, Y, Z = Side("x"), Side("y"), Side("z")
+
+
+def rank_toy(*expect: MeanRank) -> Claim:
+    """A made-up claim of mean ranks of x, y, z over copy and reverse at 2×."""
+    return Claim("ranks", "Someone et al. 2024, Venue", "x ranks above y.", "copy", "exact_match", (2,),
+                 expect or (MeanRank(X, Y), MeanRank(Y, Z)), more_tasks=("reverse",))
+
+
+def ranked_evidence(copy: dict[Side, float], reverse: dict[Side, float]) -> FakeEvidence:
+    """Every seed of a side on a task solves the given share of its sequences (the easiest first)."""
+    values = {(task, side, 2 * L, "exact_match"): [(difficulty(2 * L) < share).astype(float)] * SEEDS
+              for task, shares in (("copy", copy), ("reverse", reverse)) for side, share in shares.items()}
+    return FakeEvidence(values, {(task, side): True for task in ("copy", "reverse") for side in (X, Y, Z)})
+
+
+def test_a_mean_rank_holds_is_contradicted_or_stays_open_by_the_rankings_the_intervals_allow():
+    claim = rank_toy()
+    verdict = check(claim, ranked_evidence({X: 0.9, Y: 0.5, Z: 0.1}, {X: 0.8, Y: 0.4, Z: 0.0}))
+    assert verdict.outcome == "agrees" and [c.state for c in verdict.checks] == [1, 1]
+    assert verdict.details[0] == ("mean reciprocal rank at 2× on copy, reverse (each task ranking the sides' "
+                                  "mean exact match, ties shared): x 1.000, y 0.500, z 0.333")
+    assert verdict.details[1] == "x − y in mean reciprocal rank at 2×: +0.500 [0.500, 0.500] over the rankings " \
+                                 "the intervals allow (holds)"
+    assert verdict.rule == "Bonferroni over the 6 pairwise intervals the ranks rest on: 99.2% intervals"
+    verdict = check(claim, ranked_evidence({X: 0.1, Y: 0.5, Z: 0.9}, {X: 0.0, Y: 0.4, Z: 0.8}))
+    assert verdict.outcome == "differs" and [c.state for c in verdict.checks] == [-1, -1]
+    assert verdict.details[0].endswith("ties shared): z 1.000, y 0.500, x 0.333")  # best first
+    # every task decided, the aggregate not: x first on copy, y first on reverse, by as many ranks
+    verdict = check(claim, ranked_evidence({X: 0.9, Y: 0.5, Z: 0.1}, {X: 0.5, Y: 0.9, Z: 0.1}))
+    assert verdict.outcome == "inconclusive" and verdict.checks[0].state == 0
+    assert verdict.checks[0].estimate.low == verdict.checks[0].estimate.high == 0
+    # x and y too close to order on either task: open, though x is ahead on both
+    verdict = check(claim, ranked_evidence({X: 0.51, Y: 0.5, Z: 0.1}, {X: 0.41, Y: 0.4, Z: 0.0}))
+    assert verdict.outcome == "inconclusive" and [c.state for c in verdict.checks] == [0, 1]
+
+
+def test_a_mean_rank_is_not_a_chain_of_per_task_links():
+    """x loses to y on reverse yet ranks above it on average: first against third on copy, second against
+    first on reverse (1 − 1/3 > 1 − 1/2)."""
+    verdict = check(rank_toy(), ranked_evidence({X: 0.9, Y: 0.1, Z: 0.5}, {X: 0.5, Y: 0.9, Z: 0.1}))
+    assert verdict.outcome == "agrees", verdict.details
+    assert verdict.checks[0].estimate.mean == pytest.approx(((1 - 1 / 3) + (1 / 2 - 1)) / 2)
+
+
+def test_a_mean_rank_at_chance_everywhere_is_not_testable_and_one_task_suffices():
+    claim = rank_toy(MeanRank(X, Y), MeanRank(Z, X))
+    verdict = check(claim, ranked_evidence({X: 0.0, Y: 0.0, Z: 0.5}, {X: 0.0, Y: 0.0, Z: 0.5}))
+    assert [c.state for c in verdict.checks] == [None, 1]  # z first everywhere; x and y free below it
+    assert verdict.details[1] == "x − y in mean reciprocal rank at 2×: at chance on every task (not testable)"
+    assert verdict.rule.endswith("; judged on the 1 of 2 testable")
+    # above chance on copy only: copy orders x over y, reverse leaves them free below z
+    verdict = check(claim, ranked_evidence({X: 0.9, Y: 0.0, Z: 0.5}, {X: 0.0, Y: 0.0, Z: 0.5}))
+    assert verdict.checks[0].state == 1, verdict.details
+    assert verdict.checks[0].estimate.low == pytest.approx((1 - 1 / 3 + 1 / 3 - 1 / 2) / 2)
+
+
+def test_two_sides_at_chance_are_not_ordered_even_where_their_paired_interval_excludes_0():
+    """Token accuracy at its chance level 1/16 against 0.02 below it: neither side above chance, so their
+    order is free, as in a comparison (two encoders that both fail say nothing about which is better)."""
+    w = Side("w")
+    claim = Claim("ranks", "S, V", "w ranks above x.", "copy", "token_accuracy", (2,),
+                  (MeanRank(Z, w), MeanRank(w, X), MeanRank(X, Y)), more_tasks=("reverse",))
+    shares = {Z: 0.5, w: 0.3, X: 1 / 16, Y: 0.02}
+    many = 10 * N  # enough sequences for the paired interval of x − y to exclude 0
+    values = {(task, side, 2 * L, "token_accuracy"): [np.full(many, share)] * SEEDS
+              for task in ("copy", "reverse") for side, share in shares.items()}
+    ev = FakeEvidence(values, {(task, side): True for task in ("copy", "reverse") for side in shares})
+    assert paired_difference([np.full(many, 1 / 16)] * 3, [np.full(many, 0.02)] * 3, level=claim.level).low > 0
+    verdict = check(claim, ev)
+    assert [c.state for c in verdict.checks] == [1, 1, None]
+    assert verdict.checks[1].estimate.low == pytest.approx(1 / 2 - 1 / 3)  # x third ...
+    assert verdict.checks[1].estimate.high == pytest.approx(1 / 2 - 1 / 4)  # ... or fourth, below y
+
+
+def test_a_claim_of_mean_ranks_is_validated_and_needs_every_task():
+    with pytest.raises(ValueError, match="mixed"):
+        Claim("m", "S, V", "s", "copy", "exact_match", (2,), (MeanRank(A, B), Comparison(A, B)))
+    with pytest.raises(ValueError, match="several tasks"):
+        Claim("m", "S, V", "s", "copy", "exact_match", (2,), A_BEATS_B, more_tasks=("reverse",))
+    with pytest.raises(ValueError, match="at most 8 sides"):
+        Claim("m", "S, V", "s", "copy", "exact_match", (2,),
+              tuple(MeanRank(A, Side(f"z{i}")) for i in range(8)))
+    ev = ranked_evidence({X: 0.9, Y: 0.5, Z: 0.1}, {X: 0.8, Y: 0.4, Z: 0.0})
+    del ev._learned["reverse", Z]
+    assert check(rank_toy(), ev).details == ("z has no runs on reverse",)
+    ev = ranked_evidence({X: 0.9, Y: 0.5, Z: 0.1}, {X: 0.8, Y: 0.4})
+    assert check(rank_toy(), ev).details == ("z not evaluated at 2× on reverse",)
 
 
 @pytest.mark.parametrize("key", ["press2022_lm", "peng2023_lm"])
