@@ -9,7 +9,7 @@ Like lm-evaluation-harness's task registry, it also takes the user's own entries
 installed packages' entry points (group ``posenc.encoders`` / ``posenc.tasks``, imported only when their key is
 used) and the modules named in ``POSENC_PLUGINS``, imported the first time the registry is read. Built-in keys
 have ``conf/<group>/<key>.yaml`` (tests/test_config.py holds each to the code's defaults); a plugin's config is
-made from its constructor's keyword-only parameters (:func:`posenc.plugins.plugin_config`).
+made from its constructor's keyword-only parameters (:func:`posenc.config.plugin_config`).
 """
 
 from __future__ import annotations
@@ -38,9 +38,11 @@ class Registry(Mapping[str, type[T]], Generic[T]):
         self.base = base
         self.entry_point_group = entry_point_group
         self._classes: dict[str, type[T]] = dict(entries)
+        self._builtins: tuple[str, ...] = tuple(entries)
         self._origins: dict[str, Any] = {}  # plugin key -> posenc.plugins.Origin (built-ins have none)
         self._lazy: dict[str, Any] = {}  # plugin key -> its entry point, imported on first use
         self._broken: dict[str, str] = {}  # plugin key -> why it cannot be used (one line)
+        self._refused: list[tuple[str, str]] = []  # (key, line): plugin entries refused, their key left as it is
         self._plugins_read = False
         from posenc.plugins import REGISTRIES
 
@@ -94,8 +96,27 @@ class Registry(Mapping[str, type[T]], Generic[T]):
         self._origins[name] = origin
 
     def mark_broken(self, name: str, reason: str, origin: Any) -> None:
+        """Plugin key ``name`` cannot be used: using it raises ``reason`` (an entry point that failed to import,
+        a key two plugins claim)."""
         self._broken[name] = reason
         self._origins.setdefault(name, origin)
+
+    def refuse(self, name: str, reason: str) -> None:
+        """A plugin entry refused without touching key ``name`` (a malformed key, a built-in's key: the built-in
+        stays as it is); listings show ``reason``."""
+        self._refused.append((name, reason))
+
+    def remove(self, name: str) -> None:
+        """Forget plugin ``name`` (its module failed to import after registering it). Built-ins stay."""
+        if name in self._builtins:
+            return
+        self._classes.pop(name, None)
+        self._lazy.pop(name, None)
+        self._origins.pop(name, None)
+
+    def builtins(self) -> list[str]:
+        """posenc's own keys, in listing order (never a plugin's; reads no plugin)."""
+        return list(self._builtins)
 
     def has_key(self, name: str) -> bool:
         """Whether ``name`` is taken, without reading plugins (the registration check itself)."""
@@ -115,6 +136,11 @@ class Registry(Mapping[str, type[T]], Generic[T]):
         """Plugin key -> the one line saying why it cannot be used (listings show it and go on)."""
         self.read_plugins(strict=False)
         return dict(self._broken)
+
+    def refused_unchecked(self) -> list[tuple[str, str]]:
+        """``(key, line)`` of each plugin entry refused without making its key unusable (listings show it)."""
+        self.read_plugins(strict=False)
+        return list(self._refused)
 
     # -- what callers use -----------------------------------------------------------------------------
     def check(self, name: str) -> None:

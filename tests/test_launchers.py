@@ -44,7 +44,8 @@ def test_headline_experiments_compose_the_published_sweep(experiment, tasks, lay
     # schedule (a pattern of the others, for the user to choose) and the 2026 data-dependent encoders, which the
     # zoo experiment trains on copy beside rope and nope (a later addition; the headline stays re-runnable in
     # its wall time)
-    assert sorted(encoders) == sorted(name for name in ENCODERS if name not in ("rope_ntk", "schedule", *ZOO_ONLY))
+    assert sorted(encoders) == sorted(name for name in ENCODERS.builtins()  # an installed plugin is no baseline
+                                      if name not in ("rope_ntk", "schedule", *ZOO_ONLY))
     assert params["task"] == tasks and params["seed"] == "0,1,2"
     for task in params["task"].split(","):  # every job of the sweep is a valid configuration
         for encoder in encoders:
@@ -62,7 +63,7 @@ def test_zoo_and_headline_together_cover_the_registry():
     result = posenc_cli("train", "experiment=headline", "--cfg", "hydra", cwd=Path.cwd())
     headline = yaml.safe_load(result.stdout)["hydra"]["sweeper"]["params"]["encoder"].split(",")
     assert set(ZOO_ONLY) <= set(zoo) and {"rope", "nope"} <= set(zoo)  # the new ones beside two references
-    assert set(zoo) | set(headline) | {"rope_ntk", "schedule"} == set(ENCODERS)
+    assert set(zoo) | set(headline) | {"rope_ntk", "schedule"} == set(ENCODERS.builtins())  # plugins are not posenc's
 
 
 def test_slurm_preset_selects_the_submitit_slurm_launcher(tmp_path):
@@ -72,6 +73,24 @@ def test_slurm_preset_selects_the_submitit_slurm_launcher(tmp_path):
     launcher = yaml.safe_load(result.stdout)["hydra"]["launcher"]
     assert launcher["_target_"].endswith("SlurmLauncher")
     assert launcher["partition"] == "gpu" and launcher["timeout_min"] == 120
+
+
+def test_slurm_preset_exports_posenc_plugins_to_its_jobs(tmp_path, monkeypatch):
+    """sbatch may not pass the environment on (--export=NONE): each job's setup exports the submitting shell's
+    POSENC_PLUGINS, its file paths made absolute (a job starts in another folder)."""
+    import os
+
+    plugin = Path(__file__).resolve().parents[1] / "examples" / "log_alibi" / "posenc_log_alibi.py"
+    args = ("train", "hydra/launcher=slurm", "hydra.launcher.partition=gpu")
+    monkeypatch.delenv("POSENC_PLUGINS", raising=False)
+    result = posenc_cli(*args, "--cfg", "hydra", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["hydra"]["launcher"]["setup"] == [
+        "export POSENC_PLUGINS='${oc.env:POSENC_PLUGINS,}'"]
+    monkeypatch.setenv("POSENC_PLUGINS", os.path.relpath(plugin, tmp_path))
+    result = posenc_cli(*args, "--cfg", "all", "--resolve", cwd=tmp_path)  # the hydra node alone cannot resolve
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["hydra"]["launcher"]["setup"] == [f"export POSENC_PLUGINS='{plugin}'"]
 
 
 def test_joblib_runs_jobs_in_parallel_without_bars_and_keeps_every_result(tmp_path):

@@ -54,3 +54,13 @@ def test_parse_keeps_order_drops_repeats_and_refuses_unknown_or_empty(group):
         registry.parse(" , ", "--x")
     with pytest.raises(ConfigError, match=f"unknown {group} 'nosuch'"):
         registry.parse(f"{first},nosuch", "--x")
+
+
+@pytest.mark.parametrize("group", REGISTRIES)
+def test_builtins_are_posens_own_keys_whatever_is_installed(group):
+    """Tests and experiments that mean posenc's own encoders and tasks compare against ``builtins()``, which
+    an installed plugin (entry point) or POSENC_PLUGINS never extends."""
+    registry = REGISTRIES[group]
+    builtins = registry.builtins()
+    assert builtins == [key for key in registry if registry.origin(key) is None]
+    assert all(registry[key].__module__.startswith(f"posenc.{group}s.") for key in builtins)
