@@ -52,7 +52,7 @@ class TaskConfig:
 class TrainConfig:
     steps: int = 2000  # the budget: most optimizer steps (training stops earlier once the task is learned)
     batch_size: int = 64  # sequences per step
-    lr: float = 3e-3  # peak AdamW learning rate, reached after warmup
+    lr: float = 1e-3  # peak AdamW learning rate, reached after warmup (why 1e-3: conf/train/default.yaml)
     final_lr_ratio: float = 0.0  # cosine decay ends at lr * final_lr_ratio
     weight_decay: float = 0.01  # AdamW decoupled weight decay
     warmup_steps: int = 100  # linear warmup from 0
