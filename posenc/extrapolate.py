@@ -325,6 +325,7 @@ def _evaluate(about: dict, cfg, task, model, length: int, scaling, depth: float 
         "depth": math.nan if depth is None else float(depth), "seed": cfg.seed,
         "loss": math.nan, "perplexity": math.nan, "token_accuracy": math.nan, "exact_match": math.nan,
         "n_sequences": 0, "seconds": 0.0, "note": "", "data": task.describe_data(), "fingerprint": "",
+        "baseline": "",  # evaluated here, not copied from a baseline (posenc.analysis.baseline)
     }  # fmt: skip
     key = {"run_id": about["run_id"], "eval_length": length, "scaling": row["scaling"], "depth": row["depth"]}
     result = Results.empty()

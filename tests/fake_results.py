@@ -38,11 +38,13 @@ def fake_run(
     note: dict[int, str] | None = None,
     data: str = "",
     run: str | None = None,
+    fingerprint: str = "",
     **train,
 ) -> Results:
     """One run's tables: at each eval length, one sequence row per value of ``values[length]`` (exact match
     that value, token accuracy that value, loss ``1 - value``); a length with no values is a NaN row with
-    ``note[length]``. ``train`` overrides train.* config keys (a different configuration)."""
+    ``note[length]``. ``train`` overrides train.* config keys (a different configuration). ``fingerprint``: each
+    row's sequences' fingerprint is it followed by the length ("" records none)."""
     identity = run_identity(config_of(encoder, task, seed, train_length, **train))
     evaluations, sequences, positions = [], [], []
     for length, vals in values.items():
@@ -55,6 +57,7 @@ def fake_run(
             "learned": learned, "steps_to_learn": math.nan if steps_to_learn is None else steps_to_learn,
             "loss": 1 - mean, "perplexity": math.exp(1 - mean), "token_accuracy": mean, "exact_match": mean,
             "n_sequences": int(v.size), "seconds": 0.1, "note": (note or {}).get(length, ""), "data": data,
+            "fingerprint": f"{fingerprint}{length}" if fingerprint else "", "baseline": "",
             "config": identity.config,
         })  # fmt: skip
         key = {"run_id": identity.run_id, "eval_length": length, "scaling": scaling, "depth": depth}
