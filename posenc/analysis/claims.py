@@ -287,6 +287,11 @@ class Evidence(Protocol):
         """The metric's chance level on the task: 0 for exact match, 1/(answer alphabet) for token accuracy,
         NaN where there is none (loss; a task without a fixed alphabet)."""
 
+    def same_runs(self, task: str, a: Side, b: Side) -> bool:
+        """Whether both sides are the same trained runs, seed for seed (one checkpoint evaluated two ways,
+        e.g. under two RoPE scaling methods), keyed alike in :meth:`at_length`: a comparison then pairs them
+        by seed as well. Optional: an evidence without it is never paired by seed."""
+
 
 @dataclass(frozen=True)
 class Check:
@@ -370,8 +375,9 @@ def _group(values: list[np.ndarray], bounded: bool, level: float, task: str | No
 
 
 def _paired(a: list[np.ndarray], b: list[np.ndarray], bounded: bool, level: float,
-            task: str | None = None) -> Estimate:
-    return paired_difference(a, b, bounded=bounded, level=level, block=_block(task, a))
+            task: str | None = None, same_seeds: bool = False) -> Estimate:
+    return paired_difference(a, b, bounded=bounded, level=level, block=_block(task, a),
+                             same_seeds=same_seeds)
 
 
 # --- pooling a window -------------------------------------------------------------------------------------
@@ -399,10 +405,15 @@ def _window_lengths(evidence: Evidence, claim: Claim, side: Side, window: Window
             if window.contains(n, train) and _has_values(evidence.at_length(task, side, n, metric))]
 
 
+def _seeds(per_length: list[Mapping[Hashable, np.ndarray]]) -> list[Hashable]:
+    """Every seed's key over the lengths, in the order :func:`_pool` pools them."""
+    return list(dict.fromkeys(key for part in per_length for key in sorted(part, key=str)))
+
+
 def _pool(per_length: list[Mapping[Hashable, np.ndarray]], sizes: list[int]) -> list[np.ndarray]:
     """Per seed, the values of every length in order, each length's cut (or NaN-padded) to ``sizes[i]``: a
     seed missing at a length contributes NaNs there (left out, with its pair, by :mod:`posenc.analysis.stats`)."""
-    seeds = list(dict.fromkeys(key for part in per_length for key in sorted(part, key=str)))
+    seeds = _seeds(per_length)
     pooled = []
     for seed in seeds:
         blocks = []
@@ -430,7 +441,8 @@ def _side_pool(evidence: Evidence, claim: Claim, side: Side, window: Window,
 @dataclass(frozen=True)
 class _Pair:
     """``first − second`` over the lengths of a window both were evaluated at (``estimate`` None: none),
-    at a claim's level, and whether neither side's own interval there is above chance."""
+    at a claim's level, and whether neither side's own interval there is above chance; paired by sequence,
+    and by seed too where both sides are the same runs (:meth:`Evidence.same_runs`)."""
 
     estimate: Estimate | None
     lengths: tuple[int, ...]
@@ -449,9 +461,11 @@ def _pair(evidence: Evidence, claim: Claim, first: Side, second: Side, window: W
     parts = [[evidence.at_length(task, s, n, metric) or {} for n in lengths] for s in (first, second)]
     sizes = [min(np.asarray(v).size for side in parts for v in side[i].values()) for i in range(len(lengths))]
     a, b = _pool(parts[0], sizes), _pool(parts[1], sizes)
+    same_runs = getattr(evidence, "same_runs", None)
+    by_seed = _seeds(parts[0]) == _seeds(parts[1]) and bool(same_runs and same_runs(task, first, second))
     chance = evidence.chance(task, metric)
     at_chance = not math.isnan(chance) and all(_group(x, higher, level, task).low <= chance for x in (a, b))
-    return _Pair(_paired(a, b, higher, level, task), tuple(lengths), at_chance)
+    return _Pair(_paired(a, b, higher, level, task, by_seed), tuple(lengths), at_chance)
 
 
 def _span(lengths: Sequence[int]) -> str:

@@ -57,6 +57,12 @@ class TableEvidence:
         rows = self._runs(task, side)
         return None if rows is None else bool(rows.drop_duplicates("run_id")["learned"].astype(bool).all())
 
+    def same_runs(self, task: str, a: Side, b: Side) -> bool:
+        """Both sides are the same runs (one encoder and mixer, e.g. RoPE under two scaling methods), each
+        keyed by its run id in :meth:`at_length`: seed for seed the same checkpoints."""
+        runs = [self._runs(task, side) for side in (a, b)]
+        return all(r is not None for r in runs) and set(runs[0]["run_id"]) == set(runs[1]["run_id"])
+
     def train_length(self, task: str, side: Side) -> int | None:
         rows = self._runs(task, side)
         if rows is None or rows["train_length"].nunique() != 1:

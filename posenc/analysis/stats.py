@@ -43,8 +43,11 @@ For two groups scored on the same sequences, :func:`paired_difference` pairs by 
 cancels) with the same ``max`` of a sequence and a t-corrected seed term (Welch-Satterthwaite degrees of
 freedom for the two sides' seed variances, Welch 1947, *Biometrika* 34:28), and for shares a floor from the
 matched-pairs adjusted-Wald variance (Agresti & Min 2005), so two all-zero sides never give a zero-width
-interval. Every function takes ``level`` (default 0.95; e.g. ``1 - 0.05/k`` for Bonferroni over k
-intervals): ``z`` and every ``t`` are two-sided quantiles at that level.
+interval. Where the two groups are the same trained runs (one checkpoint per seed evaluated two ways, e.g.
+under two RoPE scaling methods: ``same_seeds=True``), the seed term pairs by seed as well: the variance of
+the per-seed differences over ``S`` seeds, on ``S − 1`` degrees of freedom, so that a seed effect both
+sides share cancels instead of being counted twice. Every function takes ``level`` (default 0.95; e.g.
+``1 - 0.05/k`` for Bonferroni over k intervals): ``z`` and every ``t`` are two-sided quantiles at that level.
 """
 
 from __future__ import annotations
@@ -327,9 +330,15 @@ def _paired_floor(d: np.ndarray) -> float:
     return float((pb + pc - (pb - pc) ** 2) / (n + 2))
 
 
-def _seed_term(mats: Sequence[np.ndarray], level: float) -> float:
+def _seed_term(mats: Sequence[np.ndarray], level: float, same_seeds: bool = False) -> float:
     """``Σ_side var(seed means, ddof=1)/S`` scaled by ``(t_df/z)²``, df by Welch-Satterthwaite:
-    ``(Σ v_j)² / Σ v_j²/(S_j - 1)`` over the sides with more than one seed (S − 1 when only one side has)."""
+    ``(Σ v_j)² / Σ v_j²/(S_j - 1)`` over the sides with more than one seed (S − 1 when only one side has).
+    ``same_seeds`` (row s of both sides is one trained run): ``var(a_s − b_s, ddof=1)/S`` with ``t_{S−1}``."""
+    if same_seeds:
+        d = mats[0].mean(axis=1) - mats[1].mean(axis=1)
+        if d.size < 2:
+            return 0.0
+        return float(d.var(ddof=1)) / d.size * (t_quantile(d.size - 1, level) / normal_quantile(level)) ** 2
     parts = [(float(m.mean(axis=1).var(ddof=1)) / len(m), len(m) - 1) for m in mats if len(m) > 1]
     total = sum(v for v, _ in parts)
     if total <= 0:
@@ -339,7 +348,7 @@ def _seed_term(mats: Sequence[np.ndarray], level: float) -> float:
 
 
 def paired_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray], bounded: bool = True, *,
-                      level: float = 0.95, block: int | None = None) -> Estimate:
+                      level: float = 0.95, block: int | None = None, same_seeds: bool = False) -> Estimate:
     """``mean(a) - mean(b)`` for two groups of seeds scored on the same sequences, paired by sequence.
 
     ``D_i`` = (mean over a's seeds of ``a_{s,i}``) − (mean over b's seeds of ``b_{s,i}``); its mean is the
@@ -347,7 +356,9 @@ def paired_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray], bounded:
     ``V_seq = var(D, ddof=1) / N`` (shared per-sequence difficulty cancels in ``D``; with ``block``, batch
     means of ``D`` scaled by ``(t_{a-1}/z)²``) and ``V_between = var(a seed means, ddof=1)/S_a +
     var(b seed means, ddof=1)/S_b`` (a term is 0 for one seed), ``k = (t_df/z)²`` with Welch-Satterthwaite
-    ``df`` (``S - 1`` when one side has one seed). For shares, ``V`` is floored by :func:`_paired_floor`.
+    ``df`` (``S - 1`` when one side has one seed); with ``same_seeds``, ``V_between = var(a_s − b_s,
+    ddof=1)/S`` over the per-seed mean differences and ``k = (t_{S-1}/z)²``. For shares, ``V`` is floored by
+    :func:`_paired_floor`.
     Interval ``mean ± z·sqrt(V)``, clipped to [-1, 1] for shares.
 
     Args:
@@ -359,16 +370,23 @@ def paired_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray], bounded:
         level: two-sided coverage, default 0.95.
         block: None, or batch means of ``D`` over blocks of that many consecutive sequences (see
             :func:`group_estimate`).
+        same_seeds: seed ``s`` of ``a`` and of ``b`` is one trained run (the same checkpoint evaluated two
+            ways): the seed term pairs by seed. Needs as many seeds on both sides, in the same order.
 
     Returns:
         :class:`Estimate` with ``n_seeds = min(S_a, S_b)`` and ``n_sequences = N`` (sequences per seed);
         all NaN with zero counts when a side has no seed or no sequence is left.
 
     Raises:
-        ValueError: as :func:`group_estimate`.
+        ValueError: as :func:`group_estimate`; ``same_seeds`` with a different number of seeds per side.
     """
     z = normal_quantile(level)
     sides = [[np.asarray(v, dtype=float).ravel() for v in side] for side in (a, b)]
+    if same_seeds and len(sides[0]) != len(sides[1]):
+        raise ValueError(f"same_seeds needs one array per seed on both sides, not {len(sides[0])} and "
+                         f"{len(sides[1])}")
+    if same_seeds:  # a seed empty on one side leaves both: rows stay one run each
+        sides = [list(side) for side in zip(*[(x, y) for x, y in zip(*sides) if x.size and y.size])] or [[], []]
     sides = [[v for v in side if v.size] for side in sides]
     if not all(sides):
         return NAN_ESTIMATE
@@ -383,7 +401,7 @@ def paired_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray], bounded:
         _check_shares(mats)
     d = mats[0].mean(axis=0) - mats[1].mean(axis=0)
     mean = float(d.mean())
-    v = max(_sequence_term([d], block, level), _seed_term(mats, level))
+    v = max(_sequence_term([d], block, level), _seed_term(mats, level, same_seeds))
     if bounded:
         v = max(v, _paired_floor(d))
     half = z * math.sqrt(v)

@@ -47,8 +47,9 @@ class FakeEvidence:
     """Evidence from dicts: ``values[(task, side, length, metric)]`` (a list per seed, or seed -> array),
     ``learned[(task, side)]``; every side with an entry in ``learned`` is trained at ``L``."""
 
-    def __init__(self, values: dict | None = None, learned: dict | None = None, chance: dict | None = None):
-        self._values, self._learned, self.asked = values or {}, learned or {}, []
+    def __init__(self, values: dict | None = None, learned: dict | None = None, chance: dict | None = None,
+                 same: tuple[frozenset, ...] = ()):
+        self._values, self._learned, self.asked, self._same = values or {}, learned or {}, [], same
         self._chance = {"exact_match": 0.0, "token_accuracy": 1 / 16} if chance is None else chance
 
     def learned(self, task, side):
@@ -67,6 +68,9 @@ class FakeEvidence:
 
     def chance(self, task, metric):
         return self._chance.get(metric, math.nan)
+
+    def same_runs(self, task, a, b):
+        return frozenset((a, b)) in self._same
 
 
 def lengths_in(window: Window) -> list[int]:
@@ -458,6 +462,36 @@ def test_bonferroni_adjusts_every_interval_of_a_claim():
     assert check(one, ev).rule == "one comparison: 95% interval"
     windows = toy(windows=(Window(1, 2), Window(2, 4), 8))  # windows count too: 1 expectation x 3 windows
     assert windows.comparisons == 3 and windows.level == pytest.approx(1 - 0.05 / 3)
+
+
+def test_one_checkpoint_evaluated_two_ways_is_paired_by_seed():
+    """b and b +yarn are the same runs: seed s of one is seed s of the other, so a seed effect both share
+    (here 0.3 per seed) cancels, where adding the two sides' seed variances would leave the difference open."""
+    d = difficulty(2 * L)
+    b = [(d < 0.2 + 0.3 * s).astype(float) for s in range(3)]
+    c = [(d < 0.3 + 0.3 * s).astype(float) for s in range(3)]
+    claim = toy(expect=(Comparison(C, B),))
+    ev = evidence("exact_match", b=b, c=c)
+    assert check(claim, ev).outcome == "inconclusive"  # as different runs
+    ev._same = (frozenset((B, C)),)
+    verdict = check(claim, ev)
+    assert verdict.outcome == "agrees", verdict.details
+    assert verdict.checks[0].estimate == paired_difference(c, b, same_seeds=True)
+
+
+def test_table_evidence_knows_one_checkpoint_under_two_scalings():
+    from posenc.analysis.compare import with_depth_means
+    from posenc.analysis.evidence import TableEvidence
+
+    runs = [fake_run("rope", {32: [1, 1], 64: [1, 0]}, seed=s, train_length=32, scaling=m)
+            for s in (0, 1) for m in ("none", "yarn")]
+    runs += [fake_run("alibi", {32: [1, 1], 64: [1, 0]}, seed=s, train_length=32) for s in (0, 1)]
+    ev = TableEvidence(with_depth_means(results_of(*runs)))
+    assert ev.same_runs("copy", Side("rope"), Side("rope", "yarn"))
+    assert not ev.same_runs("copy", Side("rope"), Side("alibi"))
+    assert not ev.same_runs("copy", Side("t5"), Side("rope"))  # no runs
+    assert ev.at_length("copy", Side("rope"), 64, "exact_match").keys() == \
+        ev.at_length("copy", Side("rope", "yarn"), 64, "exact_match").keys()  # keyed alike: run ids
 
 
 # --- windows ------------------------------------------------------------------------------------------------

@@ -211,6 +211,22 @@ def test_paired_seed_term():
     assert est.mean == pytest.approx(0.5) and est.half_width == pytest.approx(T1 * 0.5)
 
 
+def test_paired_by_seed_when_both_sides_are_the_same_runs():
+    # seed effects 0, 1, 2 shared by both sides cancel in a_s − b_s = 1, 1, 1.5: var 1/12, over 3 seeds, on
+    # t_2; unpaired, each side's seed variance (1 and 1.0833) counts instead
+    x = np.linspace(2.0, 3.0, 10)
+    a, b = [x + s for s in (0, 1, 2)], [x + s - d for s, d in zip((0, 1, 2), (1, 1, 1.5))]
+    est = paired_difference(a, b, bounded=False, same_seeds=True)
+    assert est.mean == pytest.approx(7 / 6) and est.half_width == pytest.approx(T2 * math.sqrt(1 / 12 / 3))
+    assert est.low > 0 > paired_difference(a, b, bounded=False).low  # unpaired (Welch, 4 df), 0 is inside
+    assert paired_difference(a, b[::-1], bounded=False, same_seeds=True).half_width > est.half_width  # order
+    with pytest.raises(ValueError, match="same_seeds needs one array per seed on both sides, not 3 and 2"):
+        paired_difference(a, b[:2], bounded=False, same_seeds=True)
+    # a seed empty on one side leaves the pair: the rest stay paired run for run
+    gap = paired_difference([*a, x], [*b, np.empty(0)], bounded=False, same_seeds=True)
+    assert gap == est
+
+
 def test_paired_loss_values_unclipped():
     a = [np.array([2.1, 3.5, 2.8, 4.0]) + s for s in (0.0, 0.1)]
     b = [np.array([1.1, 2.4, 1.9, 3.1])]
