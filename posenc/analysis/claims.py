@@ -353,7 +353,7 @@ class Verdict:
 
 
 def _reported_text(claim: Claim) -> str:
-    """``"Reported (<where>): nope 0.986, t5 0.771"``; empty without reported numbers."""
+    """``"Reported (<where>): nope 0.305, t5 0.420"``; empty without reported numbers."""
     if not claim.reported:
         return ""
     values = ", ".join(f"{r.side.label()} {r.value:.3f}" for r in claim.reported)
