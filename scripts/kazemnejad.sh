@@ -9,6 +9,9 @@
 #   bash scripts/kazemnejad.sh                 # arm "mastery": each run stops at held-out exact match >= 0.99
 #   ARM=schedule bash scripts/kazemnejad.sh    # arm "schedule": the same runs over the whole 10000-step schedule
 #   SEEDS="0 1 2" bash scripts/kazemnejad.sh   # only these seeds (default: 0 .. 14)
+#   LIST=1 bash scripts/kazemnejad.sh > runs.txt   # only list the unfinished runs, in order, one line of
+#                                              # overrides each: python scripts/train_parallel.py --from runs.txt
+#                                              # trains them many at once on a GPU (then run this script to tabulate)
 #   COMMIT=1 bash scripts/kazemnejad.sh        # also commit results/kazemnejad every 25 min and after each seed
 #                                              # (COMMIT_EVERY=seconds; sequences.parquet after each seed only)
 #
@@ -67,11 +70,18 @@ finished() {  # whether the run of this arm, seed, task and encoder has finished
   return 1
 }
 # runs finished before an interruption but not yet tabulated
-if [ -n "$(find "$sweep" -name metrics.json 2>/dev/null | head -1)" ]; then tables || echo "tables failed" >&2; fi
+if [ "${LIST:-0}" != 1 ] && [ -n "$(find "$sweep" -name metrics.json 2>/dev/null | head -1)" ]; then
+  tables || echo "tables failed" >&2
+fi
 for seed in $seeds; do  # every encoder on both tasks for one seed, then the next seed: balanced at every point
   for task in copy reverse; do
     for encoder in nope t5 alibi rope sinusoidal; do
       if finished "$seed" "$task" "$encoder"; then continue; fi
+      if [ "${LIST:-0}" = 1 ]; then  # one line of overrides per unfinished run, for scripts/train_parallel.py
+        echo "experiment=kazemnejad_matched hydra.sweep.dir=$sweep seed=$seed task=$task encoder=$encoder" \
+          ${extra[@]+"${extra[@]}"}
+        continue
+      fi
       start=$(date +%s)
       if ! "$posenc" train -m experiment=kazemnejad_matched "paths.results=$results" "hydra.sweep.dir=$sweep" \
         hydra/launcher=basic progress=false "seed=$seed" "task=$task" "encoder=$encoder" ${extra[@]+"${extra[@]}"}
@@ -86,5 +96,5 @@ for seed in $seeds; do  # every encoder on both tasks for one seed, then the nex
       commit later "through seed $seed, $task, $encoder"
     done
   done
-  commit now "seed $seed done"
+  [ "${LIST:-0}" = 1 ] || commit now "seed $seed done"
 done
