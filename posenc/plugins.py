@@ -66,7 +66,7 @@ class Origin:
 
 
 # -- registration --------------------------------------------------------------------------------------
-_loading: list[Origin] = []  # the POSENC_PLUGINS entry being imported (its decorators' origin)
+_loading: list[Origin] = []  # the POSENC_PLUGINS entry or entry point being imported (its decorators' origin)
 _registered: list[list[tuple[Any, str]]] = []  # beside _loading: (registry, key) its decorators registered
 
 
@@ -97,9 +97,14 @@ def check_entry(registry, key: str, cls: Any, origin: Origin) -> None:
     if registry.has_key(key):
         taken = registry._origins.get(key)
         raise ConfigError(f"{where}: the key is taken by {taken or 'a posenc built-in'}")
+    check_class(registry, key, cls, origin)
+
+
+def check_class(registry, key: str, cls: Any, origin: Origin) -> None:
+    """Raise one :class:`ConfigError` line naming the plugin if ``cls`` does not subclass the registry's base."""
     if not (isinstance(cls, type) and issubclass(cls, registry.base)):
         base = f"{registry.base.__module__.rsplit('.', 1)[0]}.{registry.base.__name__}"
-        raise ConfigError(f"{where}: {cls!r} is not a subclass of {base}")
+        raise ConfigError(f"{registry.group} plugin '{key}' ({origin}): {cls!r} is not a subclass of {base}")
 
 
 def _defined_in(cls: type, module: str) -> bool:
@@ -117,10 +122,12 @@ def _register(group: str, key: str) -> Callable[[type], type]:
             origin = Origin(loading.kind, loading.source, _object_path(cls))
         else:
             module = sys.modules.get(getattr(cls, "__module__", ""), None)
-            origin = Origin("module", str(getattr(module, "__file__", None) or cls.__module__), _object_path(cls))
+            source = str(getattr(module, "__file__", None) or cls.__module__)
+            origin = Origin("module", source, _object_path(cls))
         taken = registry._origins.get(key)
-        if (taken is not None and taken.kind == "entry point" and taken.object == _object_path(cls)
-                and not (loading is not None and _defined_in(cls, loading.object))):
+        named_again = loading is not None and loading.kind != "entry point" and _defined_in(cls, loading.object)
+        own = taken is not None and taken.kind == "entry point" and taken.object == _object_path(cls)
+        if own and not named_again:
             # the entry point's own module registering its own class (imported to load the entry point, or by
             # its user): one class, one registration. Not so when POSENC_PLUGINS names that module (or a copy
             # of its file): the key then comes from two places, which is a collision like any other.
@@ -205,15 +212,15 @@ def read_plugins(registry) -> None:
 def load_entry_point(registry, key: str, entry: Any) -> type:
     """Import entry point ``key``'s class; a failure marks it broken and raises its one line."""
     origin = registry._origins[key]
+    module = origin.object.partition(":")[0]
     try:
-        cls = entry.load()
-        if not (isinstance(cls, type) and issubclass(cls, registry.base)):
-            check_entry(registry, key, cls, origin)  # raises: not a subclass
+        cls = _run_registering(Origin("entry point", origin.source, module), entry.load)
+        check_class(registry, key, cls, origin)
     except ConfigError as err:
         registry.mark_broken(key, str(err), origin)
         raise
     except _IMPORT_ERRORS as err:
-        where = _code_of(getattr(entry, "module", None) or origin.object.partition(":")[0])
+        where = _code_of(module)
         reason = f"{registry.group} plugin '{key}' ({origin}): cannot import it: {_error_line(err, where)}"
         registry.mark_broken(key, reason, origin)
         raise ConfigError(reason) from err
@@ -304,13 +311,13 @@ def _import_entry(entry: str) -> None:
     _run_registering(Origin("file", str(path), name), execute)
 
 
-def _run_registering(origin: Origin, run: Callable[[], Any]) -> None:
+def _run_registering(origin: Origin, run: Callable[[], Any]) -> Any:
     """``run()`` (an import) with ``origin`` as its decorators' origin; if it fails, what it registered is
     taken back (a module that does not import provides nothing)."""
     _loading.append(origin)
     _registered.append([])
     try:
-        run()
+        return run()
     except BaseException:
         for registry, key in _registered[-1]:
             registry.remove(key)

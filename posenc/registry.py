@@ -69,7 +69,10 @@ class Registry(Mapping[str, type[T]], Generic[T]):
         if name in self._lazy:
             from posenc.plugins import load_entry_point
 
-            self._classes[name] = load_entry_point(self, name, self._lazy.pop(name))
+            # the key stays taken while its module imports: a decorator there claiming it for another class
+            # is a collision (the entry point's own class registering itself is not: posenc.plugins._register)
+            self._classes[name] = load_entry_point(self, name, self._lazy[name])
+            del self._lazy[name]
         return self._classes[name]
 
     # -- plugins ----------------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "log_alibi"
 PLUGIN_FILE = EXAMPLE / "posenc_log_alibi.py"
 FILE_ORIGIN = {"origin": "file", "source": str(PLUGIN_FILE), "object": "posenc_log_alibi:LogALiBi"}
-PACKAGE_ORIGIN = {"origin": "entry point", "source": "posenc-log-alibi 0.1.0", "object": "posenc_log_alibi:LogALiBi"}
+PACKAGE_ORIGIN = {"origin": "entry point", "source": "posenc-log-alibi 0.1.0",
+                  "object": "posenc_log_alibi:LogALiBi"}
 # A rotary plugin: RoPE's rotations under a key of its own, so --rope-scaling applies to it
 ROTARY = '''
 import posenc
@@ -65,10 +66,10 @@ class Started:
     """``posenc ARGS`` started in the background (commands that do not depend on each other run at once: the
     module's wall time is its longest chain, not its sum); :meth:`result` waits for it."""
 
-    def __init__(self, *args: str, cwd: Path, env: dict[str, str], name: str) -> None:
+    def __init__(self, *args: str, cwd: Path, env: dict[str, str], name: str, module: str = "posenc") -> None:
         self.out, self.err = cwd / f"{name}.stdout", cwd / f"{name}.stderr"
         with self.out.open("w") as out, self.err.open("w") as err:
-            self.process = subprocess.Popen([sys.executable, "-m", "posenc", *args], cwd=cwd, env=_env(env),
+            self.process = subprocess.Popen([sys.executable, "-m", module, *args], cwd=cwd, env=_env(env),
                                             stdout=out, stderr=err, text=True)
         self.args = args
 
@@ -121,6 +122,8 @@ def trained(tmp_path_factory):
     install_example(site, root)
     (rotary := root / "my_rope.py").write_text(ROTARY)
     (broken := root / "broken.py").write_text(BROKEN)
+    (own_tests := root / "own_tests").mkdir()
+    shutil.copy(EXAMPLE / "test_log_alibi.py", own_tests)
     envs = {"file": {"POSENC_PLUGINS": str(PLUGIN_FILE)}, "package": {"PYTHONPATH": str(site)},
             "both": {"PYTHONPATH": str(site), "POSENC_PLUGINS": str(rotary)}}
     started = {
@@ -135,6 +138,12 @@ def trained(tmp_path_factory):
                              name="list_file"),
         "list_package": Started("encoders", cwd=root, env={**envs["package"], "POSENC_PLUGINS": str(broken)},
                                 name="list_package"),
+        "check_file": Started("encoders", "--check", "log_alibi", cwd=root, env=envs["file"], name="check_file"),
+        # the package's own test (examples/log_alibi/test_log_alibi.py), on the installed package, as its
+        # author runs it: a folder of its own, no posenc test configuration
+        "own_tests": Started("-q", "-p", "no:cacheprovider", "--rootdir", str(root / "own_tests"),
+                             str(own_tests / "test_log_alibi.py"), cwd=own_tests, env=envs["package"],
+                             name="own_tests", module="pytest"),
     }
     out = {name: process.result() for name, process in started.items()}
     for name in ("plain", "joblib", "submitit"):
@@ -157,8 +166,23 @@ def test_posenc_encoders_lists_the_example(trained, how):
     (line,) = [line for line in lines if line.startswith("log_alibi ")]
     assert line.endswith(f"[plugin: {origin['origin']} {origin['source']} ({origin['object']})]")
     assert "ALiBi's slopes on log(1 + distance)" in line
-    assert lines[-1] == f"error: POSENC_PLUGINS: cannot import {trained['broken']}: RuntimeError: a broken plugin (line 3)"
+    broken = trained["broken"]
+    assert lines[-1] == f"error: POSENC_PLUGINS: cannot import {broken}: RuntimeError: a broken plugin (line 3)"
     assert lines[0].startswith("nope ")
+
+
+def test_conformance_check_of_the_example_file(trained):
+    result = trained["out"]["check_file"]
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("encoder 'log_alibi' (") and lines[-1].startswith("every property holds")
+    assert len(lines) >= 8 and all(line.startswith("pass ") for line in lines[1:-1])
+
+
+def test_the_example_package_own_tests_pass_installed(trained):
+    result = trained["out"]["own_tests"]
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout
 
 
 def test_runs_from_the_file_and_the_package_are_one_run(trained):
