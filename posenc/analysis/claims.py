@@ -438,6 +438,16 @@ def _side_pool(evidence: Evidence, claim: Claim, side: Side, window: Window,
     return _pool(parts, sizes), lengths
 
 
+def paired_by_seed(evidence: Evidence, task: str, first: Side, second: Side, first_seeds: Sequence[Hashable],
+                   second_seeds: Sequence[Hashable]) -> bool:
+    """Whether ``first − second`` pairs by seed as well as by sequence: both sides are the same trained runs
+    (:meth:`Evidence.same_runs`, optional: an evidence without it never pairs by seed) and their values come
+    keyed by the same seeds in the same order (``first_seeds``, ``second_seeds``), so that row ``s`` of each
+    side is one checkpoint. What the claims (:func:`check`) and the report's paired tables both ask."""
+    same_runs = getattr(evidence, "same_runs", None)
+    return list(first_seeds) == list(second_seeds) and bool(same_runs and same_runs(task, first, second))
+
+
 @dataclass(frozen=True)
 class _Pair:
     """``first − second`` over the lengths of a window both were evaluated at (``estimate`` None: none),
@@ -461,8 +471,7 @@ def _pair(evidence: Evidence, claim: Claim, first: Side, second: Side, window: W
     parts = [[evidence.at_length(task, s, n, metric) or {} for n in lengths] for s in (first, second)]
     sizes = [min(np.asarray(v).size for side in parts for v in side[i].values()) for i in range(len(lengths))]
     a, b = _pool(parts[0], sizes), _pool(parts[1], sizes)
-    same_runs = getattr(evidence, "same_runs", None)
-    by_seed = _seeds(parts[0]) == _seeds(parts[1]) and bool(same_runs and same_runs(task, first, second))
+    by_seed = paired_by_seed(evidence, task, first, second, _seeds(parts[0]), _seeds(parts[1]))
     chance = evidence.chance(task, metric)
     at_chance = not math.isnan(chance) and all(_group(x, higher, level, task).low <= chance for x in (a, b))
     return _Pair(_paired(a, b, higher, level, task, by_seed), tuple(lengths), at_chance)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -143,6 +144,29 @@ def chance_token_accuracy(config: str | None) -> float:
     key, default = ANSWER_ALPHABET.get(task.get("name"), (None, None))
     size = task.get(key, default) if key else default
     return 1.0 / size if size else math.nan
+
+
+#: How an lm evaluation row's ``data`` line states the unigram reference
+#: (:meth:`posenc.tasks.lm.LanguageModelling.unigram_loss`): ``..., unigram loss 3.198 nats/byte (...)``.
+UNIGRAM = re.compile(r"unigram loss (\d+(?:\.\d+)?) nats/byte")
+
+
+def unigram_loss(data: object) -> float:
+    """The unigram reference a ``data`` line records: the loss on the evaluated text of a model that reads no
+    context (each byte predicted by the training split's byte frequencies), in nats per byte; NaN where the
+    line records none (other tasks, or tables evaluated before lm recorded it)."""
+    found = UNIGRAM.search(data) if isinstance(data, str) else None
+    return float(found.group(1)) if found else math.nan
+
+
+def task_unigram_loss(table: pd.DataFrame, task: str) -> float:
+    """``task``'s unigram reference over the rows of ``table`` (comparison or evaluations): the one value
+    their ``data`` lines record; NaN when none does, or they record several (different texts: no one line)."""
+    if "data" not in table:
+        return math.nan
+    lines = table.loc[table["task"] == task, "data"].unique()
+    found = {v for v in map(unigram_loss, lines) if not math.isnan(v)}
+    return found.pop() if len(found) == 1 else math.nan
 
 
 def labels(table: pd.DataFrame) -> pd.Series:

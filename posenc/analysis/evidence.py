@@ -118,11 +118,15 @@ class TableEvidence:
             out[run_id] = values - short[: values.size * k].reshape(values.size, k).mean(axis=1)
         return out or None
 
-    def values(self, task: str, side: Side, factor: int, metric: str) -> list[np.ndarray] | None:
-        """Per-seed per-sequence values at ``factor`` × the side's training length (what the report's paired
-        table shows); None: not evaluated."""
+    def per_seed(self, task: str, side: Side, factor: int, metric: str) -> dict[str, np.ndarray] | None:
+        """Run id (one per seed, in :meth:`at_length`'s order) -> per-sequence values at ``factor`` × the
+        side's training length (what the report's paired tables show); None: not evaluated."""
         train = self.train_length(task, side)
-        found = None if train is None else self.at_length(task, side, train * factor, metric)
+        return None if train is None else self.at_length(task, side, train * factor, metric)
+
+    def values(self, task: str, side: Side, factor: int, metric: str) -> list[np.ndarray] | None:
+        """:meth:`per_seed`'s arrays alone, seed by seed; None: not evaluated."""
+        found = self.per_seed(task, side, factor, metric)
         return list(found.values()) if found else None
 
     def chance(self, task: str, metric: str) -> float:

@@ -3,6 +3,8 @@ band), steps-to-learn, and accuracy by answer position. Reads only tables: no to
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 import pandas as pd
@@ -69,12 +71,33 @@ def _draw(
             ax.axhline(chance, color="grey", linestyle="--", linewidth=0.8)
             ax.annotate(f"chance {chance:.3g}", (1.0, chance), xycoords=("axes fraction", "data"), fontsize=7,
                         color="grey", ha="right", va="bottom", xytext=(-2, 1), textcoords="offset points")
+    _unigram_line(ax, view, metric)
     _length_axis(ax, sorted(view["eval_length"].unique()))
     if metric in BOUNDED:
         ax.set_ylim(-0.02, 1.02)
     elif metric == "perplexity":
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
+
+
+def _unigram_line(ax, view: pd.DataFrame, metric: str) -> None:
+    """lm's reference for "has lost the text" on a loss or perplexity axis: a dashed line at the loss of a
+    model that reads no context (:func:`posenc.analysis.compare.unigram_loss`, from the rows' ``data``
+    lines; its exponential for perplexity), labelled at the shortest length, where every line is still low.
+    Nothing where the rows record none."""
+    from posenc.analysis.compare import task_unigram_loss
+
+    if metric not in ("loss", "perplexity") or "task" not in view or view.empty:
+        return
+    loss = task_unigram_loss(view, view["task"].iloc[0])
+    if loss != loss:  # NaN: none recorded
+        return
+    level = math.exp(loss) if metric == "perplexity" else loss
+    shown = f"{level:.1f}" if metric == "perplexity" else f"{level:.3f}"
+    ax.axhline(level, color="grey", linestyle="--", linewidth=0.8)
+    start = float(view["eval_length"].min())  # labelled at the left, right of the training length: lines rise
+    ax.annotate(f"unigram (no context) {shown}", (start, level), xycoords="data", fontsize=7,  # to the right
+                color="grey", ha="left", va="bottom", xytext=(4, 1), textcoords="offset points")
 
 
 NOT_LEARNED_SIZE = 5  # points: the hollow marker of a group that did not learn

@@ -15,9 +15,10 @@ from pathlib import Path
 import pandas as pd
 
 from posenc.analysis.baseline import baseline_section
-from posenc.analysis.claims import Side, check, paper_vs_posenc, ungated
+from posenc.analysis.claims import Side, check, paired_by_seed, paper_vs_posenc, ungated
 from posenc.analysis.literature import claims_for
-from posenc.analysis.compare import NO_SCALING, held_back, labels, pivot, sequence_block, steps_table, with_depth_means
+from posenc.analysis.compare import (NO_SCALING, held_back, labels, pivot, sequence_block, steps_table,
+                                     task_unigram_loss, with_depth_means)
 from posenc.analysis.evidence import TableEvidence
 from posenc.analysis.plots import plot_all, plot_positions, plot_steps
 from posenc.analysis.selection import choices_markdown
@@ -120,6 +121,20 @@ def loss_change_table(evidence: TableEvidence, comparison: pd.DataFrame, task: s
     return pd.DataFrame(rows) if rows else None
 
 
+def _paired_cell(evidence: TableEvidence, task: str, side: Side, reference: Side, factor: int,
+                 metric: str) -> str:
+    """``side − reference`` on ``metric`` at ``factor`` × the training length, mean [95% interval], paired
+    by sequence, and by seed too where both sides are the same checkpoints
+    (:func:`posenc.analysis.claims.paired_by_seed`, as the claims pair them); "—" where a side was not
+    evaluated."""
+    a, b = (evidence.per_seed(task, s, factor, metric) for s in (side, reference))
+    if not a or not b:
+        return "—"
+    by_seed = paired_by_seed(evidence, task, side, reference, list(a), list(b))
+    return paired_difference(list(a.values()), list(b.values()), metric != "loss", same_seeds=by_seed,
+                             block=sequence_block(task, min(len(v) for v in a.values()))).format(signed=True)
+
+
 def paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str, metric: str) -> pd.DataFrame | None:
     """Each learned encoder (as trained) minus :data:`REFERENCE` on ``metric``, paired by sequence, with its
     95% interval (:func:`posenc.analysis.stats.paired_difference`), at :data:`PAIRED_FACTORS`; None when the
@@ -137,10 +152,27 @@ def paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str, m
             continue
         row = {"encoder": f"{encoder} − {REFERENCE.encoder}"}
         for factor in PAIRED_FACTORS:
-            a = evidence.values(task, Side(encoder), factor, metric)
-            b = evidence.values(task, REFERENCE, factor, metric)
-            row[f"{factor}×"] = "—" if not a or not b else paired_difference(
-                a, b, metric != "loss", block=sequence_block(task, min(len(v) for v in a))).format(signed=True)
+            row[f"{factor}×"] = _paired_cell(evidence, task, Side(encoder), REFERENCE, factor, metric)
+        rows.append(row)
+    return pd.DataFrame(rows) if rows else None
+
+
+def scaling_paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str,
+                         metric: str) -> pd.DataFrame | None:
+    """Each RoPE scaling method minus the same checkpoints as trained, on ``metric`` at
+    :data:`PAIRED_FACTORS`: one checkpoint per seed read two ways, so paired by seed as well as by sequence
+    (a seed's own effect, shared by both readings, cancels instead of being counted twice); None where no
+    learned encoder was evaluated under a method."""
+    mine = comparison[(comparison["task"] == task) & (comparison["scaling"] != NO_SCALING)]
+    rows = []
+    for encoder, scaling in sorted(set(zip(mine["encoder"], mine["scaling"]))):
+        trained, learned = Side(encoder), evidence.learned(task, Side(encoder))
+        if learned is None or held_back(learned, task):
+            continue
+        side = Side(encoder, scaling)
+        row = {"encoder": f"{side.label()} − {trained.label()}"}
+        for factor in PAIRED_FACTORS:
+            row[f"{factor}×"] = _paired_cell(evidence, task, side, trained, factor, metric)
         rows.append(row)
     return pd.DataFrame(rows) if rows else None
 
@@ -215,6 +247,10 @@ def _task_section(task: str, comparison: pd.DataFrame, steps: pd.DataFrame, evid
         parts.append("**Change of loss from the training length** (nats per byte; each window minus the same bytes "
                      "read at the training length; mean [95% interval] over seeds and windows; what the lm "
                      "claims are checked on)\n\n" + change.to_markdown(index=False, disable_numparse=True) + "\n")
+    encoders = sorted(trained.loc[trained["task"] == task, "encoder"].unique())
+    unigram = against_unigram(trained, task, [Side(e) for e in encoders], every=False)
+    if unigram:
+        parts.append(f"**Unigram reference** (dashed in the loss and perplexity figures): {unigram}.\n")
     diff_metric = _paired_metric(task)
     diffs = paired_table(evidence, comparison, task, diff_metric)
     if diffs is not None:
@@ -222,20 +258,37 @@ def _task_section(task: str, comparison: pd.DataFrame, steps: pd.DataFrame, evid
                      "(same sequences, mean [95% interval]; positive: "
                      f"{'higher loss' if diff_metric == 'loss' else 'better'} than {REFERENCE.encoder})\n\n"
                      + diffs.to_markdown(index=False, disable_numparse=True) + "\n")
+    return parts + _scaling_section(task, comparison, evidence, figures)
+
+
+def _scaling_section(task: str, comparison: pd.DataFrame, evidence: TableEvidence,
+                     figures: dict) -> list[str]:
+    """Rotary checkpoints evaluated under RoPE scaling methods: their tables, figures and each method's
+    paired difference from the same checkpoints as trained (by seed and sequence); nothing where none was."""
     scaled_encoders = set(comparison.loc[comparison["scaling"] != NO_SCALING, "encoder"])
     scaled = comparison[comparison["encoder"].isin(scaled_encoders) & (comparison["task"] == task)]
-    if len(scaled) and (scaled["scaling"] != NO_SCALING).any():
-        parts.append(f"### {task}: RoPE context extension at evaluation\n\n"
-                     "The same rotary checkpoints under each `--rope-scaling` method, no retraining; the "
-                     "factor follows the evaluation length (s = L'/L) unless a label says `:<factor>` (so "
-                     "`dynamic_ntk`, Hugging Face's formula with factor 1, equals `ntk` here).\n")
-        for metric in metrics[:2]:
-            table = pivot(scaled[scaled["depth"].isna()], metric, task).drop(columns="task")
-            parts.append(f"**{metric.replace('_', ' ')}** by evaluation length\n\n"
-                         + table.to_markdown(index=False, disable_numparse=True) + "\n")
-        parts += [f"![{task}: {m.replace('_', ' ')} under RoPE scaling]"
-                  f"({figures[(task, m, 'rope_scaling')].name})\n"
-                  for m in metrics if (task, m, "rope_scaling") in figures]
+    if not len(scaled) or not (scaled["scaling"] != NO_SCALING).any():
+        return []
+    metrics = report_metrics(task)
+    parts = [f"### {task}: RoPE context extension at evaluation\n\n"
+             "The same rotary checkpoints under each `--rope-scaling` method, no retraining; the "
+             "factor follows the evaluation length (s = L'/L) unless a label says `:<factor>` (so "
+             "`dynamic_ntk`, Hugging Face's formula with factor 1, equals `ntk` here).\n"]
+    for metric in metrics[:2]:
+        table = pivot(scaled[scaled["depth"].isna()], metric, task).drop(columns="task")
+        parts.append(f"**{metric.replace('_', ' ')}** by evaluation length\n\n"
+                     + table.to_markdown(index=False, disable_numparse=True) + "\n")
+    parts += [f"![{task}: {m.replace('_', ' ')} under RoPE scaling]"
+              f"({figures[(task, m, 'rope_scaling')].name})\n"
+              for m in metrics if (task, m, "rope_scaling") in figures]
+    diff_metric = _paired_metric(task)
+    diffs = scaling_paired_table(evidence, comparison, task, diff_metric)
+    if diffs is not None:
+        parts.append(f"**Paired differences** in {diff_metric.replace('_', ' ')} against the same "
+                     "checkpoints as trained (each seed's checkpoint read both ways: paired by seed and by "
+                     "sequence, mean [95% interval]; positive: "
+                     f"{'higher loss' if diff_metric == 'loss' else 'better'} than as trained)\n\n"
+                     + diffs.to_markdown(index=False, disable_numparse=True) + "\n")
     return parts
 
 
@@ -259,7 +312,7 @@ def _literature_section(comparison: pd.DataFrame, evidence: TableEvidence) -> li
              "testable comparisons: **agrees** when all hold, **differs** when any is contradicted, "
              "**inconclusive** otherwise, **not testable** when none is, or a side did not learn its task "
              "or was not run.\n",
-             "\n".join(_with_ungated(v, evidence) for v in verdicts) + "\n"]
+             "\n".join(_with_ungated(v, evidence) + _with_unigram(v, comparison) for v in verdicts) + "\n"]
     trained = comparison[comparison["scaling"] == NO_SCALING]
     for claim in (v.claim for v in verdicts if v.claim.reported):
         mine = trained[(trained["task"] == claim.task) & (trained["variant"].fillna("") == "")]
@@ -283,6 +336,57 @@ def _with_ungated(verdict, evidence: TableEvidence) -> str:
         return verdict.markdown()
     return (f"{verdict.markdown()}\n  - *Sensitivity, not a verdict:* with every side counted as converged the "
             f"check would say **{lifted.outcome}**: {'; '.join(lifted.details)}. {lifted.rule}.")
+
+
+UNIGRAM_FACTORS = (4, 8)  # lm: where the loss is set against the unigram reference (where RoPE's blows up)
+
+
+def _loss_at(comparison: pd.DataFrame, task: str, side: Side, factor: int) -> pd.Series | None:
+    """The comparison row of ``side`` on ``task`` (depth mean, no variant) at ``factor`` × its training
+    length; None where there is not exactly one."""
+    rows = comparison[(comparison["task"] == task) & (comparison["encoder"] == side.encoder)
+                      & (comparison["scaling"] == side.scaling) & comparison["depth"].isna()
+                      & (comparison["eval_length"] == comparison["train_length"] * factor)]
+    if "variant" in rows:
+        rows = rows[rows["variant"].fillna("") == ""]
+    return rows.iloc[0] if len(rows) == 1 and not math.isnan(rows.iloc[0]["loss_mean"]) else None
+
+
+def against_unigram(comparison: pd.DataFrame, task: str, sides: list[Side], every: bool = True) -> str:
+    """Where each side's loss at :data:`UNIGRAM_FACTORS` × the training length sits against ``task``'s
+    unigram reference (:func:`posenc.analysis.compare.task_unigram_loss`: the loss of a model that reads no
+    context):
+    above it (its interval too: the side reads the text worse than ignoring the context would), its interval
+    holding it, or below it (listed only with ``every``). "" where the tables record no reference."""
+    reference = task_unigram_loss(comparison, task)
+    if math.isnan(reference):
+        return ""
+    where: dict[str, list[str]] = {"above": [], "around": [], "below": []}
+    for side in sides:
+        for factor in UNIGRAM_FACTORS:
+            row = _loss_at(comparison, task, side, factor)
+            if row is None:
+                continue
+            low, high = row["loss_low"], row["loss_high"]
+            place = "above" if low > reference else "below" if high < reference else "around"
+            where[place].append(f"{side.label()} {factor}× {row['loss_mean']:.2f} [{low:.2f}, {high:.2f}]")
+    shown = [f"above it (the text read worse than with no context): {', '.join(where['above']) or 'none'}",
+             f"its interval holds it: {', '.join(where['around']) or 'none'}"]
+    shown.append(f"below it: {', '.join(where['below']) or 'none'}" if every else "below it: every other")
+    times = " and ".join(f"{f}×" for f in UNIGRAM_FACTORS)
+    return (f"unigram loss {reference:.3f} nats/byte, a model that reads no context (the training split's "
+            f"byte frequencies) on the same text; loss at {times} the training length, mean [95% interval]: "
+            + "; ".join(shown))
+
+
+def _with_unigram(verdict, comparison: pd.DataFrame) -> str:
+    """Under a testable verdict on a task whose tables record a unigram reference (lm), where the claim's
+    sides' loss sits against it (:func:`against_unigram`): the reference for "has lost the text", not a
+    verdict."""
+    if verdict.outcome == "not testable":
+        return ""
+    text = against_unigram(comparison, verdict.claim.task, list(verdict.claim.sides()))
+    return f"\n  - *Reference, not a verdict:* {text}." if text else ""
 
 
 def same_report(a: str, b: str) -> bool:

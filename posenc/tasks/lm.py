@@ -191,12 +191,29 @@ class LanguageModelling(Task):
         return self.corpus.info()
 
     def describe_data(self) -> str:
-        """One line for reports, e.g. ``Python 3.11.7 stdlib (*.py): 506 files, 8,000,000 bytes ...``."""
+        """One line for reports, e.g. ``Python 3.11.7 stdlib (*.py): 506 files, 8,000,000 bytes ..., unigram
+        loss 3.198 nats/byte (...)``: the text read, and :meth:`unigram_loss`, which the results side reads
+        back from the tables (:func:`posenc.analysis.compare.unigram_loss`) without torch."""
         i = self.corpus_info()
         return (
             f"{i['corpus']} ({i['pattern']}): {i['files']} files, {i['bytes']:,} bytes "
-            f"({i['eval_files']} files, {i['eval_bytes']:,} bytes held out), sha256 {i['sha256']}"
+            f"({i['eval_files']} files, {i['eval_bytes']:,} bytes held out), sha256 {i['sha256']}; "
+            f"unigram loss {self.unigram_loss():.3f} nats/byte (the training split's byte frequencies, no "
+            "context, on the evaluated text)"
         )
+
+    def unigram_loss(self) -> float:
+        """The loss, in nats per byte, of a model that reads no context, on the text every evaluation length
+        scores (:meth:`evaluation_text` bytes of the held-out split from its second byte on): each byte
+        predicted by the training split's byte frequencies (add-one smoothed over the 256 bytes, so a byte
+        the training split lacks is not infinitely surprising). The reference for "has lost the text": a
+        model above it reads the text worse than one that ignores the context. Computed once per task."""
+        if getattr(self, "_unigram", None) is None:
+            counts = torch.bincount(self.corpus.train.long(), minlength=256).double() + 1.0
+            log_p = torch.log(counts / counts.sum())
+            scored = self.corpus.eval[1 : self.evaluation_text() + 1].long()
+            self._unigram = float(-log_p[scored].mean())
+        return self._unigram
 
     #: Bytes of held-out text scored at every evaluation length (Press et al. 2022 score the same
     #: validation text at every length, in non-overlapping windows): 2**19, or what the split holds.

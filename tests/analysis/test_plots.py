@@ -204,3 +204,29 @@ def test_saved_figures_have_their_long_titles_wrapped(tmp_path):
     assert "\n" in fig._suptitle.get_text()
     _assert_titles_inside(fig)
     plt.close(fig)
+
+
+UNIGRAM_DATA = "some text: 3 files; unigram loss 0.700 nats/byte (the training split's byte frequencies, ...)"
+
+
+@pytest.mark.parametrize("metric, level", [("loss", 0.7), ("perplexity", math.exp(0.7))])
+def test_lm_loss_figures_draw_the_unigram_line(captured, tmp_path, metric, level):
+    """lm's reference for "has lost the text", read from the rows' data line: a dashed line at the unigram
+    loss (its exponential on a perplexity axis), labelled; none on other metrics or without a recorded
+    value."""
+    comparison = _comparison([("rope", True, [0.2, 0.5, 0.9])]).assign(task="lm", data=UNIGRAM_DATA)
+    for m in ("loss", "perplexity"):
+        comparison[[f"{m}_{s}" for s in ("mean", "low", "high")]] = comparison[
+            ["loss_mean", "loss_low", "loss_high"]].values
+    plots.plot_metric(comparison, "lm", metric, tmp_path)
+    plots.plot_metric(comparison, "lm", "token_accuracy", tmp_path)
+    plots.plot_metric(comparison.assign(data="some text: 3 files"), "lm", metric, tmp_path)
+    drawn, other, without = (fig.axes[0] for fig in captured)
+
+    def dashed_at(ax, y):
+        return [line for line in ax.get_lines() if line.get_linestyle() == "--"
+                and np.allclose(np.asarray(line.get_ydata(), float), y)]
+
+    assert dashed_at(drawn, level) and any("unigram" in t.get_text() for t in drawn.texts)
+    assert not dashed_at(other, level) and not any("unigram" in t.get_text() for t in other.texts)
+    assert not any("unigram" in t.get_text() for t in without.texts)

@@ -179,3 +179,61 @@ def test_lm_reports_each_encoders_change_of_loss_from_the_training_length():
     assert table.loc["rope", "4×"] == "—"  # not evaluated there
     copy = with_depth_means(results_of(fake_run("rope", {4: [1, 1], 8: [1, 0]}, train_length=4)))
     assert loss_change_table(TableEvidence(copy), aggregate(copy), "copy") is None
+
+
+def test_rope_scaling_rows_pair_by_seed_against_the_same_checkpoints():
+    """The report's paired table for RoPE scaling: each method minus the same checkpoints as trained. Seed s's
+    checkpoint scores 0.2, 0.5 or 0.8 either way, yarn +0.1 on top: paired by seed the seed effect cancels
+    (interval above 0); adding the two sides' seed variances, as for different runs, it would hold 0."""
+    from posenc.analysis.claims import Side
+    from posenc.analysis.compare import aggregate, with_depth_means
+    from posenc.analysis.evidence import TableEvidence
+    from posenc.analysis.report import scaling_paired_table
+    from posenc.analysis.stats import paired_difference
+
+    n, base = 200, (0.2, 0.5, 0.8)
+    noise = [0.05 * ((i % 5) - 2) for i in range(n)]
+    runs = [fake_run("rope", {32: [0.9] * n, **{k: [b + up + e for e in noise] for k in (64, 128)}}, seed=s,
+                     train_length=32, scaling=method)
+            for s, b in enumerate(base) for method, up in (("none", 0.0), ("yarn", 0.1))]
+    runs += [fake_run("alibi", {32: [0.9] * n, 64: [0.5] * n, 128: [0.5] * n}, seed=s, train_length=32)
+             for s in range(3)]
+    results = with_depth_means(results_of(*runs))
+    evidence = TableEvidence(results)
+    table = scaling_paired_table(evidence, aggregate(results), "copy", "token_accuracy").set_index("encoder")
+    assert list(table.index) == ["rope +yarn − rope"]  # alibi was not evaluated under a method
+    yarn, trained = (evidence.values("copy", side, 2, "token_accuracy")
+                     for side in (Side("rope", "yarn"), Side("rope")))
+    paired = paired_difference(yarn, trained, same_seeds=True)
+    assert table.loc["rope +yarn − rope", "2×"] == paired.format(signed=True)
+    assert paired.low > 0 > paired_difference(yarn, trained).low  # as different runs: open
+    # different runs (alibi − rope) are not paired by seed
+    from posenc.analysis.report import paired_table
+
+    across = paired_table(evidence, aggregate(results), "copy", "token_accuracy").set_index("encoder")
+    alibi = evidence.values("copy", Side("alibi"), 2, "token_accuracy")
+    assert across.loc["alibi − rope", "2×"] == paired_difference(alibi, trained).format(signed=True)
+
+
+def test_lm_losses_are_set_against_the_unigram_reference():
+    """Where each side's loss at 4x and 8x sits against the unigram loss the data line records (0.5 here):
+    above it with its whole interval, its interval holding it, or below; nothing without a recorded value."""
+    from posenc.analysis.claims import Side
+    from posenc.analysis.compare import aggregate, with_depth_means
+    from posenc.analysis.report import against_unigram
+
+    data = "text; unigram loss 0.500 nats/byte (the training split's byte frequencies, ...)"
+    spread = [0.1, 0.9] * 8  # loss 1 - value: mean 0.5, wide
+    runs = [fake_run(e, {4: [0.9] * 16, 16: vals, 32: vals}, task="lm", train_length=4, seed=s, data=data)
+            for e, vals in (("sinusoidal", [0.1] * 16), ("rope", spread), ("alibi", [0.9] * 16))
+            for s in (0, 1)]
+    comparison = aggregate(with_depth_means(results_of(*runs)))
+    sides = [Side("alibi"), Side("rope"), Side("sinusoidal")]
+    text = against_unigram(comparison, "lm", sides)
+    assert text.startswith("unigram loss 0.500 nats/byte")
+    above, around, below = text.split("; ")[1:]
+    assert "sinusoidal 4× 0.90" in above and "sinusoidal 8× 0.90" in above and "rope" not in above
+    assert "rope 4× 0.50" in around and "rope 8×" in around and "alibi" not in around
+    assert below.startswith("below it: alibi 4× 0.10")
+    assert against_unigram(comparison, "lm", sides, every=False).endswith("below it: every other")
+    assert against_unigram(comparison.assign(data="text"), "lm", sides) == ""

@@ -228,3 +228,21 @@ def test_corpus_cache_is_bounded_and_reuses_what_it_holds(corpus):
         lm.load_corpus(str(corpus), "*.txt", max_bytes, 0.1)
     assert len(lm._CORPORA) <= lm.MAX_CACHED_CORPORA
     assert lm.load_corpus(str(corpus), "*.txt", 1000, 0.1) is not first  # the oldest was let go
+
+
+def test_unigram_loss_is_the_training_bytes_frequencies_on_the_evaluated_text(tmp_path):
+    """The reference for "has lost the text": -mean log p(byte) over the scored held-out bytes, p the training
+    split's byte frequencies (add-one over 256 bytes), recorded in the data line and read back without torch."""
+    from posenc.analysis.compare import unigram_loss
+
+    (tmp_path / "a.txt").write_bytes(b"ab" * 4500 + b"aab" * 500)  # one file: its last 10% held out
+    task = build_task("lm", {"corpus": str(tmp_path), "pattern": "*.txt"})
+    train = task.corpus.train.numpy()
+    counts = np.bincount(train, minlength=256) + 1.0
+    scored = task.corpus.eval.numpy()[1 : task.evaluation_text() + 1]
+    expected = -np.log(counts[scored] / counts.sum()).mean()
+    assert task.unigram_loss() == pytest.approx(expected)
+    assert expected > 0.69  # more than a fair coin's: the held-out tail is 2/3 a (the training split about 1/2)
+    assert task.for_evaluation().unigram_loss() == task.unigram_loss()
+    assert unigram_loss(task.describe_data()) == pytest.approx(expected, abs=5e-4)
+    assert np.isnan(unigram_loss("Python 3.11.7 stdlib (*.py): 474 files")) and np.isnan(unigram_loss(None))
