@@ -369,9 +369,20 @@ def _default_runs() -> list[Path]:
 
 
 @app.command()
-def encoders() -> None:
+def encoders(
+    check: Annotated[Optional[str], typer.Option(
+        "--check", metavar="KEY", help="Check encoder KEY against posenc's encoder contract instead of listing: "
+        "one line per property (shapes, causality, determinism, fast paths, lengths, training); exit 0 only if "
+        "every one holds, 1 if one fails.")] = None,
+) -> None:
     """List the registered positional encoders, one per line, with where each comes from (built-in or a
-    plugin: POSENC_PLUGINS, entry points `posenc.encoders`)."""
+    plugin: POSENC_PLUGINS, entry points `posenc.encoders`); or check one (--check KEY)."""
+    if check is not None:
+        from posenc.conformance import print_check
+
+        with one_line_errors():
+            status = print_check(check)
+        raise typer.Exit(status)
     from posenc.encoders import ENCODERS  # here: `posenc report` and `runs` start without torch
     from posenc.plugins import listing
 

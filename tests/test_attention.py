@@ -36,14 +36,15 @@ def _dense_reference(q, k, v, encoder, positions=None):
     return scores.softmax(-1) @ v
 
 
-# The bias encoders with a FlexAttention form (all of them). Stated, so that a score_mod lost by accident
-# fails here instead of skipping the tests below.
-FLEX_ENCODERS = ["alibi", "t5", "kerple", "fire"]
+# Every built-in bias encoder has a FlexAttention form (a plugin may have none: the contract checks one that is
+# declared). So the tests below run over all of them, and a score_mod lost by accident fails here instead of
+# shrinking their list.
+FLEX_ENCODERS = BIAS_ENCODERS
 
 
-def test_the_bias_encoders_with_a_flexattention_form_are_known():
-    with_form = [n for n in BIAS_ENCODERS if build_encoder(n, AttentionShape(32, 4), 64).score_mod(40) is not None]
-    assert with_form == FLEX_ENCODERS
+def test_every_bias_encoder_has_a_flexattention_form():
+    without = [n for n in BIAS_ENCODERS if build_encoder(n, AttentionShape(32, 4), 64).score_mod(40) is None]
+    assert BIAS_ENCODERS and not without
 
 
 @pytest.mark.parametrize("name", FLEX_ENCODERS)
@@ -286,17 +287,21 @@ def test_auto_uses_the_far_constant_path_for_long_t5_inference_only():
 
 
 @pytest.mark.parametrize("name", BIAS_ENCODERS)
-def test_a_distance_table_is_the_score_bias_by_distance(name):
-    """Where an encoder gives one (T5, KERPLE, ALiBi: biases of i - j alone), query blocks and FlexAttention
-    gather from it: it must be score_bias on every causal entry. FIRE's normaliser depends on i: none."""
+def test_a_bias_of_the_distance_alone_comes_with_its_distance_table(name):
+    """Query blocks and FlexAttention gather a bias of i - j alone (T5, KERPLE, ALiBi) from its distance table:
+    every built-in whose bias depends on the distance alone gives one, equal to score_bias on every causal entry;
+    one whose bias depends on more gives none (FIRE: its normaliser depends on i past L = 4 here)."""
+    torch.manual_seed(0)
     encoder = build_encoder(name, AttentionShape(32, 4), 16)
     table = encoder.distance_table(50)
-    assert (table is None) == (name == "fire")
+    positions = torch.arange(50)
+    distance = (positions[:, None] - positions[None, :]).clamp(min=0)
+    causal = torch.ones(50, 50, dtype=torch.bool).tril()
+    bias = encoder.score_bias(positions, positions)
+    by_distance = torch.allclose(bias[:, :, 0][:, distance][:, causal], bias[:, causal])  # row i - j, column 0
+    assert (table is not None) == by_distance
     if table is not None:
-        positions = torch.arange(50)
-        distance = (positions[:, None] - positions[None, :]).clamp(min=0)
-        causal = torch.ones(50, 50, dtype=torch.bool).tril()
-        torch.testing.assert_close(table[:, distance][:, causal], encoder.score_bias(positions, positions)[:, causal])
+        torch.testing.assert_close(table[:, distance][:, causal], bias[:, causal])
 
 
 def test_fire_models_with_different_units_share_padded_kernel_variants():
