@@ -445,8 +445,8 @@ def hook_shapes(encoder: PositionalEncoder, shape: AttentionShape, batch: int, l
 
 def layer_shapes(layer: PositionalEncoder, x: Tensor, positions: Tensor, shape: AttentionShape, where: str) -> int:
     """One layer part's hooks: ``rotate``, ``score_bias`` and ``data_bias`` over a query range ``lo..hi-1``
-    against keys ``0..hi-1``, and the fast paths' tables and ``score_mod`` (on the whole grid: it must stay in
-    range above the diagonal too)."""
+    against keys ``0..hi-1`` (``score_bias`` against all keys too), and the fast paths' tables and ``score_mod``
+    (on the whole grid: it must stay in range above the diagonal too)."""
     batch, s = x.shape[:2]
     h, hd = shape.n_heads, shape.head_dim
     gen = torch.Generator().manual_seed(s + 1)
@@ -458,9 +458,11 @@ def layer_shapes(layer: PositionalEncoder, x: Tensor, positions: Tensor, shape: 
     wide = (batch, h, s, hd * layer.rotated_width)
     count = expect("rotate's queries", q2, wide, where, q.dtype)
     count += expect("rotate's keys", k2, wide, where, k.dtype)
-    if layer.has_score_bias:
+    if layer.has_score_bias:  # keys up to the range's end (query blocks), and all keys (future ones unread)
         count += expect("score_bias", layer.score_bias(positions[lo:hi], positions[:hi]), (h, hi - lo, hi), where,
                         mask=rows)
+        count += expect("score_bias against every key", layer.score_bias(positions[lo:hi], positions),
+                        (h, hi - lo, s), where, mask=causal_mask(s)[lo:hi])
     bias = layer.data_bias(x, q2, k2)
     if bias is not None:
         count += expect("data_bias by query range", bias(lo, hi), (batch, h, hi - lo, hi), where, mask=rows)
