@@ -105,7 +105,7 @@ def train(ctx: typer.Context) -> None:
 
     args = quote_path_overrides(ctx.args)  # resume=PATH of posenc's own folder names (`=`, `,`)
     with one_line_errors():
-        store_plugin_configs()  # encoder=KEY of a plugin composes like a built-in (here and in workers)
+        store_plugin_configs(args)  # encoder=KEY of a plugin composes like a built-in (here and in workers)
         precheck(args)
     sys.argv = ["posenc train", *args]
     hydra_main()

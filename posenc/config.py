@@ -286,18 +286,40 @@ def plugin_config(registry, key: str) -> dict[str, Any]:
     return base | {k: list(v) if isinstance(v, tuple) else v for k, v in keyword_options(cls).items()}
 
 
-def store_plugin_configs() -> None:
-    """Give Hydra a config for every usable plugin key (in its ConfigStore, which launchers hand to their
-    workers), so that ``encoder=KEY`` composes like a built-in. Broken plugins are left out: using one
-    raises its own line from the registry's check."""
+def store_plugin_configs(args: list[str] | None = None) -> None:
+    """Give Hydra a config for the plugin keys ``posenc train ARGS`` may compose (in its ConfigStore, which
+    launchers hand to their workers), so that ``encoder=KEY`` composes like a built-in: the keys its
+    ``encoder=``/``task=`` overrides name, or every plugin key where the choice is made elsewhere (an
+    experiment file, a sweep function, a config folder of the user's) or ``args`` is None. An installed plugin
+    that is not named is not imported. Broken plugins are left out: using one raises its own line from the
+    registry's check."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
+    named = _named_choices(args)
     for registry in (ENCODERS, TASKS):
-        for key in list(registry):
+        keys = list(registry) if named is None else [k for k in named.get(registry.group, ()) if k in registry]
+        for key in keys:
             if registry.origin(key) is None:
                 continue
             try:
                 store.store(group=registry.group, name=key, node=plugin_config(registry, key))
             except ConfigError:
                 continue
+
+
+def _named_choices(args: list[str] | None) -> dict[str, list[str]] | None:
+    """``{"encoder": [...], "task": [...]}`` named by ``args``' overrides (comma lists split), or None where a
+    choice may come from elsewhere: no ``args``, an ``experiment=``, a sweep function, ``hydra.searchpath``."""
+    if args is None:
+        return None
+    named: dict[str, list[str]] = {"encoder": [], "task": []}
+    for arg in args:
+        key, equals, value = arg.lstrip("+~").partition("=")
+        if not equals:
+            continue
+        if key in ("experiment", "hydra.searchpath") or "(" in value:
+            return None
+        if key in named:
+            named[key] += [v.strip() for v in value.split(",") if v.strip()]
+    return named

@@ -37,15 +37,7 @@ def test_config_file_options_build_the_encoder(name):
     assert encoder.description
 
 
-# Found by the contract's head-dim-2 shape, to be mended in posenc/encoders/rotary.py: rope_ntk builds at head dim
-# 2, then every forward raises ValueError (NTK's base exponent d/(d-2)); RotaryEncoder.__init__ should check its
-# default scaling as set_rope_scaling checks one (a ConfigError at build, which the contract counts as a refusal).
-# Strict: it fails once mended, so that this entry goes.
-KNOWN_BREAKS = {"rope_ntk": "head dim 2: ValueError at the first forward instead of a ConfigError at build"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_BREAKS[n]))
-                                  if n in KNOWN_BREAKS else n for n in ENCODERS])
+@pytest.mark.parametrize("name", ENCODERS.builtins())
 def test_every_encoder_conforms(name):
     """The whole contract (posenc.conformance): every hook's shape at head dims 8, 4, 9 and a single head,
     batches 1 and 3, lengths 1 to 37, five layers' parts (embed keeps ``x``'s shape, rotate widens by

@@ -543,9 +543,6 @@ def test_plugin_task_trains_like_a_builtin(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=True, reason="posenc.config.store_plugin_configs builds every plugin's config, importing "
-                                       "every installed entry point on each `posenc train`; it should store only "
-                                       "the plugin keys the overrides name")
 def test_training_a_builtin_imports_no_installed_plugin(tmp_path):
     site = tmp_path / "site"
     marker = tmp_path / "imported"

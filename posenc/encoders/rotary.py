@@ -45,7 +45,7 @@ class RotaryEncoder(PositionalEncoder):
         super().__init__(shape, train_length)
         if shape.head_dim % 2:
             raise ConfigError(
-                f"encoder '{type(self).key}' needs an even head dimension, got {shape.head_dim} "
+                f"encoder '{getattr(type(self), 'key', type(self).__name__)}' needs an even head dimension, got {shape.head_dim} "
                 f"(model.d_model={shape.d_model} / model.n_heads={shape.n_heads})"
             )
         if not base > 1:
@@ -59,6 +59,8 @@ class RotaryEncoder(PositionalEncoder):
         # (query, key) rotation tables per positions tensor: computed once per forward, not per layer.
         # The model reuses one positions tensor per length, so repeated forwards reuse the tables too.
         self._tables: dict[tuple[int, torch.dtype], tuple[Tensor, tuple[Tensor, Tensor]]] = {}
+        if self._scaling is not None:  # a default method (rope_ntk) is checked now, as a set one is: a head it
+            self.set_rope_scaling(self._scaling)  # cannot serve is one ConfigError at build, not a forward's error
 
     # -- evaluation-time context extension -------------------------------------------------------------
 
@@ -83,7 +85,7 @@ class RotaryEncoder(PositionalEncoder):
             try:  # fail now rather than in the middle of an evaluation
                 scaling.validate().resolve(self.spectrum_dim, self.base, self.train_length, self.train_length)
             except ValueError as err:
-                raise ConfigError(f"encoder '{type(self).key}': {err}") from err
+                raise ConfigError(f"encoder '{getattr(type(self), 'key', type(self).__name__)}': {err}") from err
         self._scaling = type(self).default_scaling if scaling is None else scaling
         self._tables.clear()
 
