@@ -45,7 +45,7 @@ class RotaryEncoder(PositionalEncoder):
         super().__init__(shape, train_length)
         if shape.head_dim % 2:
             raise ConfigError(
-                f"encoder '{getattr(type(self), 'key', type(self).__name__)}' needs an even head dimension, got {shape.head_dim} "
+                f"encoder '{self._key()}' needs an even head dimension, got {shape.head_dim} "
                 f"(model.d_model={shape.d_model} / model.n_heads={shape.n_heads})"
             )
         if not base > 1:
@@ -61,6 +61,11 @@ class RotaryEncoder(PositionalEncoder):
         self._tables: dict[tuple[int, torch.dtype], tuple[Tensor, tuple[Tensor, Tensor]]] = {}
         if self._scaling is not None:  # a default method (rope_ntk) is checked now, as a set one is: a head it
             self.set_rope_scaling(self._scaling)  # cannot serve is one ConfigError at build, not a forward's error
+
+    @classmethod
+    def _key(cls) -> str:
+        """The registry key messages name: the class's ``key``, or a plugin subclass's class name."""
+        return getattr(cls, "key", cls.__name__)
 
     # -- evaluation-time context extension -------------------------------------------------------------
 
@@ -85,7 +90,7 @@ class RotaryEncoder(PositionalEncoder):
             try:  # fail now rather than in the middle of an evaluation
                 scaling.validate().resolve(self.spectrum_dim, self.base, self.train_length, self.train_length)
             except ValueError as err:
-                raise ConfigError(f"encoder '{getattr(type(self), 'key', type(self).__name__)}': {err}") from err
+                raise ConfigError(f"encoder '{self._key()}': {err}") from err
         self._scaling = type(self).default_scaling if scaling is None else scaling
         self._tables.clear()
 
