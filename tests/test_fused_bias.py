@@ -11,6 +11,7 @@ from posenc import fused_bias
 from posenc.attention import TABLE_QUERY_BLOCK, CausalAttention
 from posenc.encoders import ENCODERS, AttentionShape, build_encoder
 from posenc.functional import data_dependent as F_dd
+from rounding import attention_bound, gamma
 
 TABLE_ENCODERS = ["alibi", "t5", "kerple"]  # stated: a distance_table lost by accident fails here
 
@@ -54,7 +55,20 @@ def test_a_distance_table_through_fused_sdpa_equals_the_float64_reference(name, 
         blocked = CausalAttention(query_block=block).blocked(q, k, v, torch.arange(length), encoder)
     want = _float64_reference(q, k, v, encoder)
     assert got.dtype == q.dtype and got.shape == q.shape
-    assert (got.double() - want).abs().max() <= max(2e-6, 2 * (blocked.double() - want).abs().max())
+    bound = _table_bound(q, k, v, encoder, length)
+    assert ((got.double() - want).abs() <= bound).all() and ((blocked.double() - want).abs() <= bound).all()
+
+
+def _table_bound(q, k, v, encoder, length, rows=None):
+    """tests/rounding.py's bound on fp32 attention with a distance table, whose entries the fp32 table computes
+    in a few roundings (ALiBi a product, T5 none, KERPLE softplus, a product, log1p and a product; each of
+    condition <= 1) against the float64 reference's: at most gamma(8) |b| off."""
+    with torch.no_grad():
+        table = encoder.distance_table(length).double().abs()  # [n_h, s]: |b| at each distance
+    rows = torch.arange(length) if rows is None else rows
+    distance = (rows[:, None] - torch.arange(length)[None, :]).clamp(min=0)
+    bias = table[:, distance]  # [n_h, rows, s]
+    return attention_bound(q, k, v, rows, bias_abs=bias, bias_error=gamma(8, q.dtype) * bias)
 
 
 def test_kerple_at_8192_tokens_stays_within_fp32_accuracy():
@@ -65,7 +79,8 @@ def test_kerple_at_8192_tokens_stays_within_fp32_accuracy():
     with torch.no_grad():
         got = fused_bias.distance_table_attention(q, k, v, encoder.distance_table(8192), TABLE_QUERY_BLOCK)
     rows = torch.cat([torch.arange(0, 300), torch.arange(4000, 4300), torch.arange(7892, 8192)])
-    assert (got[..., rows, :].double() - _float64_reference(q, k, v, encoder, rows)).abs().max() < 2e-6
+    error = (got[..., rows, :].double() - _float64_reference(q, k, v, encoder, rows)).abs()
+    assert (error <= _table_bound(q, k, v, encoder, 8192, rows)).all()
 
 
 class _Spy(CausalAttention):
@@ -142,25 +157,39 @@ def _fox(n_heads, seed, gate_bias):
     return layer
 
 
-def _fox_float64_reference(q, k, v, x, layer, rows=None):
+def _fox_float64_reference(q, k, v, x, layer, rows=None, key=None):
     """FoX attention in float64 from the paper's formula: scores q.k / sqrt(h_d) + sum_{l=j+1..i} log f_l, at
-    query ``rows`` (all by default)."""
+    query ``rows`` (all by default); with ``key`` (the fp32 key bias, ``-c``), from that bias instead of the
+    gates: the exact attention of the fp32 path's own inputs, so that only the attention's rounding is left."""
     s = q.shape[-2]
     rows = torch.arange(s) if rows is None else rows
-    gate = torch.nn.functional.linear(x.double(), layer.gate.weight.double(), layer.gate.bias.double())
-    c = torch.nn.functional.logsigmoid(gate).transpose(1, 2).cumsum(-1)  # [b, n_h, s]
+    if key is None:
+        gate = torch.nn.functional.linear(x.double(), layer.gate.weight.double(), layer.gate.bias.double())
+        c = torch.nn.functional.logsigmoid(gate).transpose(1, 2).cumsum(-1)  # [b, n_h, s]
+    else:
+        c = -key.double()
     scores = q[..., rows, :].double() @ k.double().transpose(-1, -2) / q.shape[-1] ** 0.5
     scores = scores + c[..., rows, None] - c[..., None, :]
     future = torch.arange(s)[None, :] > rows[:, None]
     return scores.masked_fill(future, float("-inf")).softmax(-1) @ v.double()
 
 
+def _key_bound(q, k, v, key, rows=None):
+    """tests/rounding.py's bound for the key bias: FoX's two bias columns ``[1, -key_i]`` . ``[key_j, 1]`` are
+    two more terms of each score's dot product (the dense path's ``c_i - c_j`` is no larger), so a kernel
+    that does not sum them first rounds the score at the scale of ``|key_i| + |key_j|``."""
+    rows = torch.arange(q.shape[-2]) if rows is None else rows
+    magnitude = key.double().abs()
+    return attention_bound(q, k, v, rows, bias_abs=magnitude[..., rows, None] + magnitude[..., None, :], extra_terms=2)
+
+
 @pytest.mark.parametrize("n_heads", [1, 3, 4])
 @pytest.mark.parametrize("length", [1, 37, 64, 300, 1300])
 @pytest.mark.parametrize("gate_bias", [0.0, -3.0])
 def test_a_key_bias_through_fused_sdpa_equals_the_float64_reference(n_heads, length, gate_bias):
-    """FoX in fp32 against the float64 formula: as close as the dense bias in query blocks, whose error the fp32
-    cumulative sum of the log gates sets (about 1e-3 once it reaches -16000)."""
+    """FoX in fp32 against the float64 softmax of the same fp32 bias, fused and as a dense bias in query blocks:
+    both within fp32 attention's rounding (tests/rounding.py); the bias against the paper's formula is
+    tests/functional/test_data_dependent_formulas.py's."""
     block = 16
     layer = _fox(n_heads, length + n_heads, gate_bias)
     gen = torch.Generator().manual_seed(length)
@@ -170,21 +199,24 @@ def test_a_key_bias_through_fused_sdpa_equals_the_float64_reference(n_heads, len
         data_bias = layer.data_bias(x, q, k)
         got = fused_bias.key_bias_attention(q, k, v, data_bias.key)
         dense = CausalAttention(query_block=block).data_blocked(q, k, v, data_bias)
-    want = _fox_float64_reference(q, k, v, x, layer)
+    want = _fox_float64_reference(q, k, v, x, layer, key=data_bias.key)
     assert got.dtype == q.dtype and got.shape == q.shape
-    assert (got.double() - want).abs().max() <= max(2e-6, 1.1 * (dense.double() - want).abs().max())
+    bound = _key_bound(q, k, v, data_bias.key)
+    assert ((got.double() - want).abs() <= bound).all() and ((dense.double() - want).abs() <= bound).all()
 
 
 def test_a_key_bias_at_8192_tokens_stays_within_fp32_accuracy():
-    """Cumulative log gates reaching about -5700 (the float64 reference)."""
+    """Cumulative log gates reaching about -5700 (the float64 softmax of the same bias)."""
     layer = _fox(2, 0, 0.0)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(1, 8192, 16, generator=gen)
     q, k, v = (torch.randn(1, 2, 8192, 8, generator=gen) for _ in range(3))
     with torch.no_grad():
-        got = fused_bias.key_bias_attention(q, k, v, layer.data_bias(x, q, k).key)
+        key = layer.data_bias(x, q, k).key
+        got = fused_bias.key_bias_attention(q, k, v, key)
     rows = torch.cat((torch.arange(64), torch.arange(4096, 4160), torch.arange(8192 - 64, 8192)))
-    assert (got[..., rows, :].double() - _fox_float64_reference(q, k, v, x, layer, rows)).abs().max() < 1e-3
+    error = (got[..., rows, :].double() - _fox_float64_reference(q, k, v, x, layer, rows, key)).abs()
+    assert (error <= _key_bound(q, k, v, key, rows)).all()
 
 
 def test_a_fox_training_step_through_the_key_bias_has_the_dense_gradients():

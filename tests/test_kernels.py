@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import compose_dict
+from rounding import gamma, unit_roundoff
 from typer.testing import CliRunner
 
 from posenc import functional as F
@@ -62,15 +63,19 @@ def test_hook_kernel_of_rope_is_the_formula():
     table = kernel(encoder, 300, name="rope").table
     assert list(table.columns) == COLUMNS
     assert set(table["component"]) == {"rotary", "rotary_bound"}  # no bias, no absolute table
-    inv_freq = F.rope_inv_freq(HEAD_DIM, 10000.0, dtype=torch.float64)
+    assert torch.equal(encoder.inv_freq, F.rope_inv_freq(HEAD_DIM, 10000.0))  # the formula, in float32
+    inv_freq = encoder.inv_freq.double()  # what the kernel rotates by: then both sides are float64
     distances = torch.arange(301)
     bound = curve(table, "rotary_bound")
     assert bound["head"].isna().all() and list(bound["distance"]) == list(range(301))  # same for every head
+    # float64 throughout: each angle (at most 300 rad) 300 u off, each factor's cos, sin and product a few u
+    # more; a partial sum of up to 16 unit factors, or the mean of 32 products: at most 2 * 32 * 304 u
+    tolerance = 2 * 32 * 304 * unit_roundoff(torch.float64)
     torch.testing.assert_close(torch.tensor(bound["value"].values), F.roformer_bound(distances, inv_freq),
-                               rtol=1e-6, atol=1e-6)
+                               rtol=0, atol=tolerance)
     score = torch.tensor(curve(table, "rotary")["value"].values)  # all-ones q.k = mean_j cos(d theta_j)
     torch.testing.assert_close(score, torch.cos(torch.outer(distances.double(), inv_freq)).mean(-1),
-                               rtol=1e-6, atol=1e-6)
+                               rtol=0, atol=tolerance)
 
 
 def test_alibi_kernel_is_minus_slope_times_distance():
@@ -91,7 +96,10 @@ def test_sinusoidal_kernel_is_the_cosine_of_position_vectors():
     width = DEFAULT_SHAPE.d_model
     omega = 10000.0 ** (-torch.arange(0, width, 2, dtype=torch.float64) / width)
     expected = torch.cos(torch.outer(d, omega)).mean(-1)  # PE_m.PE_n = sum_t cos(d w_t), |PE|^2 = d_model/2
-    torch.testing.assert_close(torch.tensor(table["value"].values), expected, rtol=0, atol=1e-5)
+    # frequencies at most rounded to float32 (u32 relative): each angle d w_t at most 200 u32 w_t off, so the
+    # mean of the cosines 200 u32 mean(w); the table's own sin and cos and the sums a few u32 more
+    tolerance = 200 * unit_roundoff(torch.float32) * float(omega.mean()) + gamma(8, torch.float32)
+    torch.testing.assert_close(torch.tensor(table["value"].values), expected, rtol=0, atol=tolerance)
 
 
 def test_ntk_scaling_decays_slower_than_plain_rope():
@@ -106,7 +114,9 @@ def test_ntk_scaling_decays_slower_than_plain_rope():
     assert set(table["scaling"]) == {"none", "ntk", "yarn"}
     assert table.loc[table["scaling"] == "none", "scaling_factor"].isna().all()
     drawn = torch.tensor(curve(table, "rotary_bound", "ntk")["value"].values)
-    torch.testing.assert_close(drawn, ntk, rtol=0, atol=2e-3)  # the encoder rounds inv_freq to float32
+    rounded = F.roformer_bound(torch.arange(2049), inv_freq.float().double())  # the encoder's float32 frequencies
+    # then float64 on both sides, as test_hook_kernel_of_rope_is_the_formula: angles up to 2048 rad
+    torch.testing.assert_close(drawn, rounded, rtol=0, atol=2 * 32 * 2052 * unit_roundoff(torch.float64))
     as_trained = torch.tensor(curve(table, "rotary_bound")["value"].values)
     assert first_below(drawn, 0.25) > first_below(as_trained, 0.25)
     yarn = curve(table, "rotary_bound", "yarn")["value"].values

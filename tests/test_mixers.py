@@ -80,12 +80,18 @@ def test_output_at_t_never_depends_on_inputs_after_t(length, n_layers):
     fft = length > 2 * FFT_MIN_TAPS
     model = conv_model(n_layers=n_layers, train_length=length if fft else TRAIN_LENGTH)
     idx = torch.randint(20, (2, length), generator=torch.Generator().manual_seed(length))
+    exact = copy.deepcopy(model).double()  # the same model in float64: the exact outputs, to fp32's eye
     for p in (1, length // 2, length - 1):
         changed = idx.clone()
         changed[:, p:] = (changed[:, p:] + 1) % 20
         with torch.no_grad():
             a, b = model(idx), model(changed)
-        torch.testing.assert_close(a[:, :p], b[:, :p], atol=1e-6 if fft else 0, rtol=1e-6 if fft else 0)
+            a64, b64 = exact(idx)[:, :p], exact(changed)[:, :p]
+        # Through the FFT every output carries rounding from every input; each fp32 output before p is within
+        # its own rounding error of the exact (causal) value, so the two differ by at most the sum of those
+        # errors (the float64 model's distance is that error to 1e-16); the direct path is causal exactly.
+        bound = float((a[:, :p] - a64).abs().max() + (b[:, :p] - b64).abs().max()) if fft else 0.0
+        assert (a[:, :p] - b[:, :p]).abs().max() <= bound
         assert not torch.allclose(a[:, p:], b[:, p:])
 
 

@@ -12,6 +12,7 @@ from posenc.attention import CausalAttention
 from posenc.encoders import AttentionShape, build_encoder
 from posenc.encoders.base import MAX_LENGTH
 from posenc.model import ModelConfig, Transformer
+from rounding import attention_bound, xpos_score_bound
 
 SHAPE = AttentionShape(d_model=32, n_heads=2)  # head_dim 16
 TRAIN = 32  # scale_base 16, the headline's: centred factors fit up to 1533 tokens
@@ -40,7 +41,7 @@ def reference(q, k, positions, start: int, stop: int, scale_base: float, absolut
     ``zeta**((m-n)/scale_base)`` from the distance, or (``absolute``) the old factorisation, queries times
     ``zeta**(m/scale_base)`` and keys times ``zeta**(-n/scale_base)`` from absolute positions."""
     d = q.shape[-1]
-    inv = F.rope_inv_freq(d, dtype=torch.float64)
+    inv = F.rope_inv_freq(d).double()  # the encoder's float32 frequencies: the formula at what it rotates by
     rq = F.apply_rope(q.double()[..., start:stop, :], positions[start:stop], inv)
     rk = F.apply_rope(k.double()[..., :stop, :], positions[:stop], inv)
     zeta = F.xpos_zeta(d, 0.4)
@@ -54,6 +55,13 @@ def reference(q, k, positions, start: int, stop: int, scale_base: float, absolut
         pair = rq[..., 2 * j : 2 * j + 2] @ rk[..., 2 * j : 2 * j + 2].transpose(-1, -2)
         out = out + pair * torch.exp(distance * math.log(zeta[j]))
     return out
+
+
+def bound(q, k, positions, start: int, stop: int, log_scale: float = F.XPOS_QUERY_LOG_SCALE) -> torch.Tensor:
+    """tests/rounding.py's xPos bound for the encoder's fp32 scores of queries ``start:stop`` (each side rotated
+    by fp32 tables: a complex product and its entry, 3 roundings), factors up to e**log_scale."""
+    return xpos_score_bound(q[..., start:stop, :], k[..., :stop, :], positions[start:stop], positions[:stop], 16.0,
+                            log_scale, inputs=6)
 
 
 def causal(start: int, stop: int) -> torch.Tensor:
@@ -89,7 +97,8 @@ def test_scores_equal_the_absolute_formula_at_short_lengths(make):
     assert torch.isfinite(want).all()
     got = attention_scores(encoder, q, k, positions, 0, length)
     mask = causal(0, length)
-    torch.testing.assert_close(got[..., mask].double(), want[..., mask], atol=2e-5, rtol=1e-5)
+    largest = max(encoder.MAX_LOG_SCALE, F.XPOS_QUERY_LOG_SCALE)  # centred factors, or the relative path's
+    assert ((got.double() - want).abs()[..., mask] <= bound(q, k, positions, 0, length, largest)[..., mask]).all()
 
 
 def test_attention_is_finite_and_exact_at_8192_tokens():
@@ -110,14 +119,19 @@ def test_attention_is_finite_and_exact_at_8192_tokens():
         got = attention_scores(encoder, q, k, positions, start, stop)
         want = reference(q, k, positions, start, stop, 16.0)
         mask = causal(start, stop)
-        torch.testing.assert_close(got[..., mask].double(), want[..., mask], atol=1e-5, rtol=1e-5)
+        off = bound(q, k, positions, start, stop)
+        assert ((got.double() - want).abs()[..., mask] <= off[..., mask]).all()
         weights = (want / 4).masked_fill(~mask, -math.inf).softmax(-1)  # SDPA's 1/sqrt(16)
-        torch.testing.assert_close(out[..., start:stop, :].double(), weights @ v[..., :stop, :].double(),
-                                   atol=1e-5, rtol=1e-5)
+        # fp32 attention of scores each within off / 4 of the formula's; the bias SDPA adds (xPos's decay as a
+        # correction of RoPE's q.k) is at most twice sum |q_t k_t| / 4 in magnitude
+        rows, keys = torch.arange(start, stop), kr[..., :stop, :]
+        magnitude = 2 * (qr[..., start:stop, :].double().abs() @ keys.double().abs().transpose(-1, -2)) / 4
+        reach = attention_bound(qr, keys, v[..., :stop, :], rows, magnitude, off.masked_fill(~mask, 0) / 4)
+        assert ((out[..., start:stop, :].double() - weights @ v[..., :stop, :].double()).abs() <= reach).all()
     # rotate alone scores the last query exactly (what `posenc kernels` reads), every factor at most 1
     last = qr[..., -1:, :] @ kr.transpose(-1, -2)
-    torch.testing.assert_close(last.double(), reference(q, k, positions, length - 1, length, 16.0),
-                               atol=1e-5, rtol=1e-5)
+    error = (last.double() - reference(q, k, positions, length - 1, length, 16.0)).abs()
+    assert (error <= bound(q, k, positions, length - 1, length, 0.0)).all()
 
 
 def test_scores_are_finite_and_exact_at_posencs_longest_sequence():
@@ -136,7 +150,7 @@ def test_scores_are_finite_and_exact_at_posencs_longest_sequence():
         got = attention_scores(encoder, q, k, positions, start, stop)
         want = reference(q, k, positions, start, stop, 16.0)
         mask = causal(start, stop)
-        torch.testing.assert_close(got[..., mask].double(), want[..., mask], atol=1e-5, rtol=1e-5)
+        assert ((got.double() - want).abs()[..., mask] <= bound(q, k, positions, start, stop)[..., mask]).all()
 
 
 @pytest.mark.parametrize("length", [300, 4096])
@@ -148,10 +162,13 @@ def test_scores_are_unchanged_by_shifting_every_position(length):
     start = length - 64
     base = attention_scores(encoder, q, k, torch.arange(length), start, length)
     mask = causal(start, length)
+    positions = torch.arange(length)
+    largest = max(encoder.MAX_LOG_SCALE, F.XPOS_QUERY_LOG_SCALE)
+    reach = 2 * bound(q, k, positions, start, length, largest)[..., mask]  # each side within it of the formula
     for shift in (1, 1000, 200_000):
         shifted = attention_scores(encoder, q, k, torch.arange(length) + shift, start, length)
         assert torch.isfinite(shifted).all()
-        torch.testing.assert_close(shifted[..., mask], base[..., mask], atol=1e-4, rtol=1e-4)
+        assert ((shifted[..., mask] - base[..., mask]).abs() <= reach).all()
 
 
 def test_a_model_forward_at_8192_tokens_is_finite():

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from posenc import functional as F
+from rounding import gamma, unit_roundoff
 
 torch.manual_seed(0)
 
@@ -71,8 +72,10 @@ def test_cope_attention_counts_in_float32_under_bfloat16():
     pos_emb = torch.randn(8, 300, generator=gen).bfloat16()
     got = F.cope_attention(q, k, v, pos_emb)
     assert got.dtype == torch.bfloat16
-    torch.testing.assert_close(got.float(), F.cope_attention(q.float(), k.float(), v.float(), pos_emb.float()),
-                               atol=1e-2, rtol=0)
+    # the same float32 arithmetic on the same (bfloat16-exact) values, then one rounding to bfloat16: at most
+    # u = 2**-8 of each value (an atol would be tuned to the values' magnitudes)
+    want = F.cope_attention(q.float(), k.float(), v.float(), pos_emb.float())
+    torch.testing.assert_close(got.float(), want, atol=0, rtol=unit_roundoff(torch.bfloat16))
 
 
 def _cope_inputs(length, n_pos, gate_shift, seed=0):
@@ -161,7 +164,14 @@ def test_pope_matches_its_reference_implementation(where):
     q2, k2 = F.pope_qk(q, k, torch.arange(5), F.pope_inv_freq(4, 10000.0).double(), phase)
     head, row = where
     got = (q2 @ k2.transpose(-1, -2))[0, head, row] / math.sqrt(2)  # posenc scales q by sqrt(2)
-    torch.testing.assert_close(got, torch.tensor(REFERENCE_SCORES[where], dtype=torch.float64), rtol=1e-6, atol=1e-9)
+    # the reference is float64 printed to 9-10 decimals (5e-10); posenc's frequencies are float32 (u32
+    # relative), so each term's angle (t - s) theta_c is at most 4 u32 off, moving it by that much of its
+    # magnitude softplus(q_c) softplus(k_c) (float64 rounding beside it: gamma(16, float64))
+    sp = torch.nn.functional.softplus
+    magnitude = (sp(q) @ sp(k).transpose(-1, -2))[0, head, row]
+    tolerance = 5e-10 + (4 * unit_roundoff(torch.float32) + gamma(16, torch.float64)) * magnitude
+    want = torch.tensor(REFERENCE_SCORES[where], dtype=torch.float64)
+    assert ((got - want).abs() <= tolerance).all(), (got - want).abs() / tolerance
 
 
 def _pope_stacked(q, k, positions, inv_freq, phase):

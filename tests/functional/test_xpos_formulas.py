@@ -8,6 +8,7 @@ import torch
 
 from posenc import functional as F
 from posenc.encoders.base import MAX_LENGTH
+from rounding import attention_bound, xpos_score_bound
 
 
 def rotated(length: int, head_dim: int, positions: torch.Tensor, seed: int = 0, dtype=torch.float32):
@@ -56,7 +57,8 @@ def test_relative_scores_equal_the_absolute_formula_at_short_lengths(scale_base)
     got = F.xpos_relative_scores(q, k, positions, positions, 0.4, scale_base)
     assert got.dtype == torch.float32 and got.shape == (2, length, length)
     mask = causal(length, length)
-    torch.testing.assert_close(got[:, mask].double(), want[:, mask], atol=2e-5, rtol=1e-5)
+    bound = xpos_score_bound(q, k, positions, positions, scale_base)  # the float64 reference: exact beside it
+    assert ((got.double() - want).abs()[:, mask] <= bound[:, mask]).all()
     # and the same as the centred factorisation (apply_xpos's tables: the decay is their modulus)
     rq, rk = F.xpos_rotations(positions, F.rope_inv_freq(d), d, 0.4, scale_base, torch.complex128)
     decay_q, decay_k = (r.abs().repeat_interleave(2, dim=-1) for r in (rq, rk))
@@ -77,7 +79,8 @@ def test_relative_scores_are_finite_and_exact_at_long_lengths(length):
         assert torch.isfinite(got).all()  # every entry, the unspecified future ones included
         want = relative_reference(q[:, rows], k, positions[rows], positions, 0.4, 16.0)
         mask = causal(n, length, start)
-        torch.testing.assert_close(got[:, mask].double(), want[:, mask], atol=1e-5, rtol=1e-5)
+        bound = xpos_score_bound(q[:, rows], k, positions[rows], positions, 16.0)
+        assert ((got.double() - want).abs()[:, mask] <= bound[:, mask]).all()
     assert got[:, :, 0].abs().max() < 1e-30  # the first key, a whole sequence away: decayed to (almost) 0
 
 
@@ -93,11 +96,13 @@ def test_last_rotations_are_finite_and_exact_for_the_last_query(length):
     g = torch.Generator().manual_seed(3)
     q, k = torch.randn(1, d, generator=g), torch.randn(length, d, generator=g)
     got = F.apply_rotation(q, rq[-1:]) @ F.apply_rotation(k, rk).T  # [1, length]
-    inv = F.rope_inv_freq(d, dtype=torch.float64)
+    inv = F.rope_inv_freq(d).double()  # the tables' own (float32) frequencies: the formula at them
     rotated_q = F.apply_rope(q.double(), positions[-1:], inv)
     rotated_k = F.apply_rope(k.double(), positions, inv)
     want = relative_reference(rotated_q, rotated_k, positions[-1:], positions, 0.4, 16.0)
-    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+    # the query factor is 1 (no query_log_scale); the fp32 tables' rotations carry 2 roundings each side
+    bound = xpos_score_bound(rotated_q, rotated_k, positions[-1:], positions, 16.0, 0.0, 4, torch.float32)
+    assert ((got.double() - want).abs() <= bound).all()
 
 
 @pytest.mark.parametrize("length", [300, 8192])
@@ -113,8 +118,13 @@ def test_relative_scores_are_unchanged_by_shifting_every_position(length):
         scores.append(F.xpos_relative_scores(q[:, rows], k, positions[rows], positions, 0.4, 16.0))
         assert torch.isfinite(scores[-1]).all()
     mask = causal(64, length, length - 64)
+    # each shift's queries and keys are the same float64 vectors rotated elsewhere and rounded to fp32 (one
+    # rounding each), and each side's scores are within score_bound of the formula's
+    positions = torch.arange(length)
+    q, k = rotated(length, d, positions)
+    bound = 2 * xpos_score_bound(q[:, rows], k, positions[rows], positions, 16.0, inputs=2)[:, mask]
     for other in scores[1:]:
-        torch.testing.assert_close(other[:, mask], scores[0][:, mask], atol=1e-4, rtol=1e-4)
+        assert ((other[:, mask] - scores[0][:, mask]).abs() <= bound).all()
 
 
 def test_relative_scores_take_any_positions_and_broadcast():
@@ -125,7 +135,8 @@ def test_relative_scores_take_any_positions_and_broadcast():
     assert got.shape == (2, 200, 200) and torch.isfinite(got).all()
     want = relative_reference(q[:1], k, positions, positions, 0.4, 4.0)
     mask = positions[None, :] <= positions[:, None]
-    torch.testing.assert_close(got[:, mask], want[:, mask], atol=1e-12, rtol=1e-9)
+    bound = xpos_score_bound(q[:1], k, positions, positions, 4.0)  # float64 both sides
+    assert ((got - want).abs()[:, mask] <= bound[:, mask]).all()
 
 
 @pytest.mark.parametrize(("length", "n_heads", "scale_base"), [(1, 1, 4.0), (77, 3, 2.0), (300, 2, 4.0),
@@ -145,4 +156,6 @@ def test_window_attention_equals_the_float64_softmax_of_the_formula(length, n_he
     scores = relative_reference(q, k, positions, positions, 0.4, scale_base) / math.sqrt(d)
     want = scores.masked_fill(~causal(length, length), -math.inf).softmax(-1) @ v.double()
     assert got.dtype == torch.float32 and got.shape == q.shape
-    torch.testing.assert_close(got.double(), want, atol=2e-6, rtol=1e-5)
+    # fp32 attention of scores each within score_bound / sqrt(h_d) of the formula's (tests/rounding.py)
+    scores_off = xpos_score_bound(q, k, positions, positions, scale_base) / math.sqrt(d)
+    assert ((got.double() - want).abs() <= attention_bound(q, k, v, bias_error=scores_off)).all()

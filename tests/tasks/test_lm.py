@@ -244,5 +244,5 @@ def test_unigram_loss_is_the_training_bytes_frequencies_on_the_evaluated_text(tm
     assert task.unigram_loss() == pytest.approx(expected)
     assert expected > 0.69  # more than a fair coin's: the held-out tail is 2/3 a (the training split about 1/2)
     assert task.for_evaluation().unigram_loss() == task.unigram_loss()
-    assert unigram_loss(task.describe_data()) == pytest.approx(expected, abs=5e-4)
+    assert unigram_loss(task.describe_data()) == pytest.approx(expected, abs=5e-4)  # printed to 3 decimals
     assert np.isnan(unigram_loss("Python 3.11.7 stdlib (*.py): 474 files")) and np.isnan(unigram_loss(None))
