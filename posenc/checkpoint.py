@@ -18,6 +18,7 @@ import torch
 from posenc import files as run_files
 from posenc import runs as run_dirs
 from posenc.errors import PosencError
+from posenc.analysis.run_folder import config_difference  # noqa: F401  (here too: what resuming names)
 from posenc.analysis.store import without_neutral
 
 class TrainingInterrupted(PosencError):
@@ -57,35 +58,29 @@ def comparable(config: dict[str, Any]) -> dict[str, Any]:
     return without_neutral(config)
 
 
-def config_difference(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> str | None:
-    """The first key (dotted) whose value differs between two configs, or None."""
-    for key in sorted(set(old) | set(new), key=lambda k: (k != "name", k)):  # a changed name says most
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            found = config_difference(a, b, f"{prefix}{key}.")
-            if found:
-                return found
-        elif a != b:
-            return f"{prefix}{key} ({a!r} there, {b!r} now)"
-    return None
+def load_training_state(path: Path, config: dict[str, Any], source: str | None = None) -> dict[str, Any]:
+    """The checkpoint at ``path``, checked to belong to ``config``; raises :class:`PosencError` if not.
 
-
-def load_training_state(path: Path, config: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint at ``path``, checked to belong to ``config``; raises :class:`PosencError` if not."""
+    ``source``: ``resume=PATH``'s value when ``path`` is another folder's checkpoint (named, never advised
+    to be deleted); None for the run folder's own."""
+    elsewhere = "train this config in another hydra.run.dir"
+    afresh = (f"resume={source} must name a whole checkpoint of this configuration (it is left as it is)"
+              if source is not None else f"to start this run afresh, delete {path} (its weights are lost), or "
+              + elsewhere)
     try:
         state = run_dirs.read_checkpoint(path)
     except PosencError as err:  # truncated or foreign: say how to go on
-        raise PosencError(f"{err}; to start this run afresh, delete {path} (its weights are lost), or "
-                          "train into another hydra.run.dir") from err
+        raise PosencError(f"{err}; {afresh}") from err
     if not isinstance(state.get("config"), dict):
-        raise PosencError(f"cannot resume from {path}: its config is not a mapping; delete it to start afresh")
+        raise PosencError(f"cannot resume from {path}: its config is not a mapping; {afresh}")
     if "optimizer" not in state:
         raise PosencError(f"cannot resume from {path}: it holds weights only, no training state")
     diff = config_difference(comparable(state["config"]), comparable(config))
+    if diff and source is not None:
+        raise PosencError(f"resume={source}: {path} belongs to a different run: {diff}; name a checkpoint of this "
+                          "configuration")
     if diff:
-        raise PosencError(
-            f"{path} belongs to a different run: {diff}; train this config in another hydra.run.dir"
-        )
+        raise PosencError(f"{path} belongs to a different run: {diff}; {elsewhere}")
     return state
 
 

@@ -7,11 +7,14 @@ old file or the new one.
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import functools
+import io
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -23,6 +26,11 @@ CHECKPOINT_FILE = "checkpoint.pt"  # model weights + the resolved config they be
 METRICS_FILE = "metrics.json"  # final in-distribution metrics of training
 HISTORY_FILE = "history.csv"  # training curve
 LOG_FILE = "train.log"
+TRACKING_FILE = "tracking.json"  # posenc.tracking's: the tracked run's id, so that a resumed run logs into it
+# The files `posenc train` writes into a run folder (train.log is Hydra's, appended to by every start).
+RUN_FILES = (CONFIG_FILE, OVERRIDES_FILE, CHECKPOINT_FILE, METRICS_FILE, HISTORY_FILE, TRACKING_FILE)
+TRAIN_LOCK = ".train.posenc-lock"  # held by the one `posenc train` writing the folder (fcntl.flock)
+TEMP_MARK = "posenc-tmp"  # in the name of every temporary file of an atomic write: .<name>.posenc-tmp-XXXX.tmp
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,11 +56,14 @@ def _os_error(err: BaseException) -> OSError | None:
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Call ``write`` on a temporary file beside ``path``, then atomically rename it to ``path``."""
+    """Call ``write`` on a temporary file beside ``path``, then atomically rename it to ``path``.
+
+    The temporary file is named ``.<name>.posenc-tmp-XXXX.tmp``: one a killed writer leaves is removed by the
+    next writer holding the folder's lock (:func:`remove_stale_temporaries`)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{TEMP_MARK}-", suffix=".tmp", dir=path.parent)
     except OSError as err:
         from posenc.errors import PosencError
 
@@ -81,6 +92,83 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Remove the temporary files of atomic writes into ``folder`` that a killed writer left (posenc's
+    ``.<name>.posenc-tmp-XXXX.tmp``, and earlier versions' ``.<run file>.XXXXXXXX.tmp``); the paths removed.
+    Call with the folder's lock held, so that no live writer's file is among them."""
+    found = list(Path(folder).glob(f".*.{TEMP_MARK}-*.tmp"))
+    for name in RUN_FILES:
+        found += Path(folder).glob(f".{name}.{'?' * 8}.tmp")  # tempfile's 8 random characters
+    removed = []
+    for path in found:
+        if path.is_file() and not path.is_symlink():
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+@contextlib.contextmanager
+def train_lock(run_dir: Path) -> Iterator[None]:
+    """Hold run folder ``run_dir``'s lock (created, with the folder, if needed) while the block writes it: the
+    file ``.train.posenc-lock`` inside it, locked with ``fcntl.flock`` (released when the process ends, however
+    it ends) and removed when the block ends. Another ``posenc train`` holding it is refused in one line, before
+    anything is read or written; stale temporary files of a killed writer are removed once it is taken."""
+    from posenc.errors import PosencError
+
+    run_dir, path = Path(run_dir), Path(run_dir) / TRAIN_LOCK
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        handle = _locked_file(path)
+    except OSError as err:
+        raise PosencError(f"cannot write {run_dir}: {err.strerror or err}") from err
+    if handle is None:
+        raise PosencError(f"{run_dir} is being written by another posenc train right now; wait until it ends (the "
+                          "same command then resumes or skips the run), or train into another hydra.run.dir")
+    with handle:
+        try:
+            remove_stale_temporaries(run_dir)
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()  # while it is held: whoever opened this file before retries on the path's new one
+
+
+def _locked_file(path: Path):
+    """``path`` opened and locked (``fcntl.flock``, exclusive), or None where another process holds it. A lock
+    taken on a file that its holder removed meanwhile (its training ended) is taken again on the path's new file,
+    so that two processes never both hold "the" lock."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return open(path, "a")
+    for _ in range(100):
+        handle = open(path, "a")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return None
+        try:
+            mine, now = os.fstat(handle.fileno()), os.stat(path)
+            if (mine.st_ino, mine.st_dev) == (now.st_ino, now.st_dev):
+                return handle
+        except FileNotFoundError:
+            pass
+        handle.close()
+    raise OSError(f"could not lock {path}")
+
+
+def history_csv(rows: list[dict[str, Any]]) -> str:
+    """``history.csv``'s text: the training curve's rows (a header from the first row's keys)."""
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return out.getvalue()
 
 
 
@@ -121,7 +209,7 @@ def check_regular(path: Path, what: str) -> None:
 _METRIC_TYPES = {
     "exact_match": ((int, float, type(None)), "a number"), "token_accuracy": ((int, float, type(None)), "a number"),
     "loss": ((int, float, type(None)), "a number"), "steps_to_learn": ((int, type(None)), "an integer or null"),
-    "learned": ((bool,), "true or false"), "checks": ((list, bool, int), "a list"),
+    "learned": ((bool,), "true or false"), "checks": ((list, bool, int), "a list"), "run_id": ((str,), "a string"),
 }  # fmt: skip
 
 

@@ -157,8 +157,11 @@ def check_resume_source(resume: str) -> None:
 
 def check_existing_checkpoint(args: list[str], config: dict) -> None:
     """A checkpoint already in the ``hydra.run.dir`` given on the command line is one training would
-    resume: refused now if it is unreadable or another configuration's (before Hydra writes a log there)."""
+    resume: refused now if it is unreadable or another configuration's, and so is a folder holding run files
+    that are not this run's (:func:`posenc.runs.check_training_folder`), before Hydra writes a log there.
+    Training checks again, under the folder's lock."""
     from posenc.checkpoint import load_training_state
+    from posenc.runs import check_training_folder
 
     for arg in args:
         key, _, value = arg.partition("=")
@@ -166,8 +169,10 @@ def check_existing_checkpoint(args: list[str], config: dict) -> None:
         if key == "hydra.run.dir" and "${" not in value:
             for name in (CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, HISTORY_FILE, LOG_FILE, OVERRIDES_FILE):
                 check_regular(Path(value) / name, f"a run's {name}")  # a FIFO would block the writer or reader
-        if key == "hydra.run.dir" and "${" not in value and (Path(value) / CHECKPOINT_FILE).is_file():
-            load_training_state(Path(value) / CHECKPOINT_FILE, config)
+            state = None
+            if (Path(value) / CHECKPOINT_FILE).is_file():
+                state = load_training_state(Path(value) / CHECKPOINT_FILE, config)
+            check_training_folder(Path(value), config, state)
 
 
 def check_output_overrides(args: list[str]) -> None:

@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import logging
 import math
+import os
 import signal
 import time
 from pathlib import Path
@@ -24,10 +22,12 @@ from posenc.checkpoint import (
     save_training_state,
     set_rng_states,
 )
+from posenc.analysis.store import run_identity
 from posenc.config import RunConfig
 from posenc.errors import PosencError
 from posenc.evaluate import Scores, answer_loss, evaluate, resolve_device
 from posenc.progress import live_bars, make_progress
+from posenc.runs import check_training_folder
 from posenc.task_facts import converged, has_mastery_criterion, loss_fall
 from posenc.tracking import check_logger, open_tracker
 
@@ -73,7 +73,9 @@ def train(
 
     Writes ``config.yaml``, ``checkpoint.pt`` (every ``train.checkpoint_every`` steps and at the end, on
     SIGINT/SIGTERM too), ``history.csv`` and, when finished, ``metrics.json``. A finished run is not
-    retrained: its metrics are returned as they are.
+    retrained: its metrics are returned as they are. One training at a time writes a run folder (its lock,
+    :func:`posenc.files.train_lock`), and only into a folder whose run files are this run's
+    (:func:`posenc.runs.check_training_folder`); a refused start leaves no folder it made behind.
 
     Args:
         cfg: the checked run configuration; run_dir: output folder (created if needed).
@@ -84,16 +86,27 @@ def train(
     """
     run_dir = Path(run_dir)
     check_logger(cfg.logger)  # a missing tracking package: refused before anything is written
-    state = _state_to_resume(cfg, run_dir, config_dict)
-    if (done := _finished_metrics(cfg, run_dir, state)) is not None:
-        return done
-    _write_run_files(run_dir, config_dict, overrides)
+    with run_files.train_lock(run_dir):  # held until training ends; another training here is refused
+        try:
+            state = _state_to_resume(cfg, run_dir, config_dict)
+        except PosencError:
+            _remove_if_empty(run_dir, config_dict)
+            raise
+        if (done := _finished_metrics(cfg, run_dir, state)) is not None:
+            return done
+        _write_run_files(run_dir, config_dict, overrides)
+        return _train(cfg, run_dir, config_dict, state)
+
+
+def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: dict | None) -> dict[str, Any]:
+    """:func:`train`'s loop, from ``state`` (None: from the start), with the run folder's lock held."""
     device = resolve_device(cfg.device)
     task, model, step_model, optimizer, scheduler, autocast_dtype = setup_training(cfg, device)
     t = cfg.train
     data = torch.Generator().manual_seed(cfg.seed)  # the training stream: deterministic from the seed
     # checks: [step, held-out exact match (lm: loss)] of every check; learned_at: the first that met the criterion
     first, history, elapsed, checks, learned_at = _restore(state, model, optimizer, scheduler, data, run_dir)
+    _warn_threads(state, device)
 
     def checkpoint(step: int) -> None:
         _check_finite(finite, step)  # never a checkpoint of weights a non-finite loss has touched
@@ -101,6 +114,7 @@ def train(
             "model": model.state_dict(), "config": config_dict, "step": step, "checks": checks,
             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "learned_at": learned_at,
             "rng": rng_states(data), "history": history, "elapsed": elapsed + time.perf_counter() - start,
+            "threads": torch.get_num_threads(),
         })  # fmt: skip
 
     lo, hi = cfg.training_lengths(task)
@@ -142,6 +156,8 @@ def train(
         trained = learned_at if learned_at is not None else step  # a learned checkpoint resumed trains nothing
         metrics = _final_metrics(cfg, evaluate(model, task, cfg.task.length, t.eval_sequences), trained, seconds,
                                  device, n_params, learned_at, checks, (lo, hi), check_at)
+        identity = run_identity(config_dict)  # metrics.json names its run: checked against the folder's others
+        metrics.update(run_id=identity.run_id, config_id=identity.config_id)
         checkpoint(trained)
         _record(run_dir, history, metrics, tracker)
         _log_outcome(cfg, metrics, seconds, (lo, hi))
@@ -152,8 +168,40 @@ def _finished_metrics(cfg: RunConfig, run_dir: Path, state: dict | None) -> dict
     """A finished run's metrics (it is not retrained), else None."""
     if state is not None and _finished(state, cfg) and (run_dir / run_files.METRICS_FILE).is_file():
         log.info("%s is finished (step %d); not retraining", run_dir, state["step"])
-        return json.loads((run_dir / run_files.METRICS_FILE).read_text())
+        return run_files.read_metrics(run_dir)
     return None
+
+
+def _remove_if_empty(run_dir: Path, config: dict[str, Any]) -> None:
+    """After a refused start (the folder's lock held: no other training writes it): remove the empty
+    ``train.log`` Hydra opened for this start, then ``run_dir`` if nothing but its lock is left, and its parents
+    left empty below the results folder (``paths.results``): a refusal leaves the folder as it found it."""
+    try:
+        log_file = run_dir / run_files.LOG_FILE
+        if log_file.is_file() and not log_file.is_symlink() and log_file.stat().st_size == 0:
+            log_file.unlink()  # nothing was logged into it
+        if set(os.listdir(run_dir)) - {run_files.TRAIN_LOCK}:
+            return
+        (run_dir / run_files.TRAIN_LOCK).unlink(missing_ok=True)
+        run_dir.rmdir()
+        paths = config.get("paths")
+        root = Path(os.path.abspath(paths["results"])) if isinstance(paths, dict) and paths.get("results") else None
+        parent = Path(os.path.abspath(run_dir)).parent
+        while root is not None and root in parent.parents:
+            parent.rmdir()  # an empty one only: anything in it stops here (OSError)
+            parent = parent.parent
+    except OSError:
+        pass
+
+
+def _warn_threads(state: dict | None, device: torch.device) -> None:
+    """One warning line when a CPU run resumes under another thread count than it last trained with: the
+    order of floating-point sums changes, and with it the result (no longer bit-identical to one unbroken run)."""
+    before, now = (state or {}).get("threads"), torch.get_num_threads()
+    if device.type == "cpu" and isinstance(before, int) and before != now:
+        log.warning("resuming under %d threads, where this run trained under %d until step %d: its result will "
+                    "differ from an uninterrupted run's in the last bits (set OMP_NUM_THREADS=%d to match)",
+                    now, before, state["step"], before)
 
 
 def _write_run_files(run_dir: Path, config_dict: dict[str, Any], overrides: list[str] | None) -> None:
@@ -192,7 +240,7 @@ def _check(cfg: RunConfig, model, task, check_at: list[int], step: int, checks: 
 
 def _record(run_dir: Path, history: list[dict], metrics: dict[str, Any], tracker) -> None:
     """A finished run's ``history.csv`` and ``metrics.json``, and the tracker's final record."""
-    run_files.atomic_write_text(run_dir / run_files.HISTORY_FILE, _csv(history))
+    run_files.atomic_write_text(run_dir / run_files.HISTORY_FILE, run_files.history_csv(history))
     run_files.write_json(run_dir / run_files.METRICS_FILE, metrics)
     tracker.log_final(metrics, [run_dir / name for name in (run_files.CONFIG_FILE, run_files.HISTORY_FILE,
                                                             run_files.METRICS_FILE)])
@@ -369,28 +417,33 @@ def _finished(state: dict[str, Any], cfg: RunConfig) -> bool:
 
 
 def _state_to_resume(cfg: RunConfig, run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
-    """The training state to continue from, per ``cfg.resume``; None to start afresh."""
-    if isinstance(cfg.resume, str):
-        source = Path(cfg.resume)
-        source = source / run_files.CHECKPOINT_FILE if source.is_dir() else source
-        run_files.check_regular(source, f"resume={cfg.resume}")
-        if not source.is_file():
-            raise PosencError(f"resume={cfg.resume}: no checkpoint there")
-        return load_training_state(source, config)
-    for name in (run_files.CHECKPOINT_FILE, run_files.METRICS_FILE, run_files.CONFIG_FILE, run_files.HISTORY_FILE):
+    """The training state to continue from, per ``cfg.resume``; None to start afresh. Refused (one line) where
+    the folder holds files that are not this run's to go on from or write over (:func:`check_training_folder`)."""
+    for name in run_files.RUN_FILES:
         run_files.check_regular(run_dir / name, "a run's " + name)  # a FIFO would block a reader forever
-    existing = run_dir / run_files.CHECKPOINT_FILE
-    if not existing.is_file():
+    source = _resume_source(cfg, run_dir)
+    if source is not None:  # another folder's checkpoint starts this one
+        state = load_training_state(source, config, source=str(cfg.resume))
+        check_training_folder(run_dir, config, state, resumed_from=str(cfg.resume))
+        return state
+    existing, state = run_dir / run_files.CHECKPOINT_FILE, None
+    if existing.is_file():
+        if not cfg.resume:
+            raise PosencError(f"{run_dir} already holds a checkpoint; use resume=true or another hydra.run.dir")
+        state = load_training_state(existing, config)
+    check_training_folder(run_dir, config, state)
+    return state
+
+
+def _resume_source(cfg: RunConfig, run_dir: Path) -> Path | None:
+    """``resume=PATH``'s checkpoint, or None (``resume`` true or false, or PATH naming this folder's own)."""
+    if not isinstance(cfg.resume, str):
         return None
-    if not cfg.resume:
-        raise PosencError(f"{run_dir} already holds a checkpoint; use resume=true or another hydra.run.dir")
-    return load_training_state(existing, config)
-
-
-def _csv(rows: list[dict[str, Any]]) -> str:
-    out = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return out.getvalue()
+    source = Path(cfg.resume)
+    source = source / run_files.CHECKPOINT_FILE if source.is_dir() else source
+    run_files.check_regular(source, f"resume={cfg.resume}")
+    if not source.is_file():
+        raise PosencError(f"resume={cfg.resume}: no checkpoint there")
+    if os.path.realpath(source) == os.path.realpath(run_dir / run_files.CHECKPOINT_FILE):
+        return None  # the folder's own checkpoint: resumed as resume=true does
+    return source

@@ -8,8 +8,12 @@ Every reader of a run's own files goes through :class:`RunFolder` (:mod:`posenc.
 
 from __future__ import annotations
 
+import collections
 import functools
+import io
 import os
+import pickle
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,7 @@ import yaml
 
 from posenc import files as run_files
 from posenc.errors import PosencError
-from posenc.analysis.store import RunIdentity, run_identity
+from posenc.analysis.store import RunIdentity, run_identity, without_neutral
 from posenc.analysis.tables import describe_run, read_table
 from posenc.task_facts import has_mastery_criterion
 
@@ -48,9 +52,15 @@ class RunFolder:
     @classmethod
     def read(cls, path: Path) -> RunFolder:
         """Read ``path``'s config and metrics once; never raises (a damaged file reads as empty and its
-        problem is kept, so a caller that must refuse it says why without reading it again)."""
+        problem is kept, so a caller that must refuse it says why without reading it again). Files of different
+        runs in one folder (:func:`disagreement`: ``config.yaml``, ``metrics.json``, ``checkpoint.pt``) read as
+        unfinished too, the problem naming two of them."""
         config, config_problem = _read_or_why(read_config, path)
         metrics, metrics_problem = _read_or_why(run_files.read_metrics, path)
+        checkpoint = Path(path) / run_files.CHECKPOINT_FILE
+        held = peek_checkpoint(checkpoint) if checkpoint.is_file() else None
+        if why := disagreement(Path(path), config, metrics, held):
+            metrics, metrics_problem = {}, why
         return cls(Path(path), config, metrics, config_problem, metrics_problem)
 
     @functools.cached_property
@@ -93,6 +103,113 @@ def _read_or_why(reader, path: Path) -> tuple[dict[str, Any], str | None]:
         return reader(path), None
     except PosencError as err:
         return {}, str(err)
+
+
+def config_difference(old: dict[str, Any], new: dict[str, Any], prefix: str = "",
+                      names: tuple[str, str] = ("there", "now")) -> str | None:
+    """The first key (dotted) whose value differs between two configs, or None: ``"a.b (1 there, 2 now)"``
+    (``names``: what the two values are called)."""
+    for key in sorted(set(old) | set(new), key=lambda k: (k != "name", k)):  # a changed name says most
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found = config_difference(a, b, f"{prefix}{key}.", names)
+            if found:
+                return found
+        elif a != b:
+            return f"{prefix}{key} ({a!r} {names[0]}, {b!r} {names[1]})"
+    return None
+
+
+# metrics.json's own record of its run, for files written before metrics carried the run id: (key, config path)
+_METRICS_FACTS = (("encoder", ("encoder", "name")), ("task", ("task", "name")), ("train_length", ("task", "length")),
+                  ("seed", ("seed",)), ("budget", ("train", "steps")))
+
+
+def metrics_disagreement(config: dict[str, Any], metrics: dict[str, Any], source: str = "config.yaml") -> str | None:
+    """Why ``metrics`` (a ``metrics.json``) is not of the run ``config`` (a ``config.yaml``) describes, or None:
+    the run id it records (:func:`posenc.analysis.store.run_identity`, so run-neutral keys never count), or, in
+    metrics written before they recorded one, its encoder, task, training length, seed or budget. ``source``:
+    the file ``config`` was read from, as the line names it."""
+    if "run_id" in metrics:
+        mine = run_identity(config).run_id
+        return None if metrics["run_id"] == mine else f"run {metrics['run_id']} in metrics.json, run {mine} in {source}"
+    for key, where in _METRICS_FACTS:
+        value: Any = config
+        for part in where:
+            value = value.get(part) if isinstance(value, dict) else None
+        if key in metrics and value is not None and metrics[key] != value:
+            return f"{key} {metrics[key]!r} in metrics.json, {'.'.join(where)} {value!r} in {source}"
+    return None
+
+
+def mixed_runs(run: Path, stray: str, kept: str, why: str) -> str:
+    """The one line naming two files of run folder ``run`` that belong to different runs."""
+    return (f"{run}: {stray} and {kept} are of different runs ({why}); a run folder holds one run's files: move "
+            "the other run's away, or train the run again into an empty folder")
+
+
+def disagreement(run: Path, config: dict[str, Any], metrics: dict[str, Any], checkpoint: dict[str, Any] | None
+                 ) -> str | None:
+    """Why the files of run folder ``run`` are not one run's, in one line naming two of them; None where they
+    agree: ``config`` (its ``config.yaml``), ``metrics`` (its ``metrics.json``: the run id it records, and the
+    step training ended at) and ``checkpoint`` (its payload: its config and step), each as far as it is present
+    (empty or None where missing or damaged: whoever reads a damaged file names it). Run-neutral keys never
+    count (:func:`posenc.analysis.store.without_neutral`)."""
+    if config and metrics and (why := metrics_disagreement(config, metrics)):
+        return mixed_runs(run, run_files.METRICS_FILE, run_files.CONFIG_FILE, why)
+    held = checkpoint.get("config") if isinstance(checkpoint, dict) else None
+    if not isinstance(held, dict):
+        return None
+    if config and (diff := config_difference(without_neutral(config), without_neutral(held),
+                                             names=("in config.yaml", "in checkpoint.pt"))):
+        return mixed_runs(run, run_files.CHECKPOINT_FILE, run_files.CONFIG_FILE, diff)
+    if metrics and (why := metrics_disagreement(held, metrics, source=run_files.CHECKPOINT_FILE)):
+        return mixed_runs(run, run_files.METRICS_FILE, run_files.CHECKPOINT_FILE, why)
+    step, steps = checkpoint.get("step"), metrics.get("steps")
+    if isinstance(step, int) and isinstance(steps, int) and step != steps:
+        return (f"{run}: metrics.json and checkpoint.pt are not of one moment of training (it ended at step {steps} "
+                f"in metrics.json, checkpoint.pt is at step {step}); move the stray file away, or train the run "
+                "again into an empty folder")
+    return None
+
+
+class _Stub:
+    """Whatever a checkpoint's pickle builds that is not plain data (tensors, storages): read as nothing."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+
+class _PlainData(pickle.Unpickler):
+    """Unpickles plain data only (dicts, lists, tuples, numbers, strings); every class or function the pickle
+    names is :class:`_Stub`, every tensor storage None: nothing is imported and no code runs."""
+
+    _PLAIN = {("collections", "OrderedDict"): collections.OrderedDict, ("builtins", "set"): set,
+              ("builtins", "frozenset"): frozenset, ("builtins", "slice"): slice}
+
+    def find_class(self, module: str, name: str) -> Any:
+        return self._PLAIN.get((module, name), _Stub)
+
+    def persistent_load(self, pid: Any) -> None:
+        return None
+
+
+def peek_checkpoint(path: Path) -> dict[str, Any] | None:
+    """``checkpoint.pt``'s payload with its tensors left out (its ``config``, ``step``, ``history``), read
+    without torch from the archive's pickle alone (fast, whatever the weights' size); None where the file is
+    no readable posenc checkpoint (loading its weights says why)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            name = next((n for n in archive.namelist() if n.endswith("/data.pkl")), None)
+            if name is None:
+                return None
+            payload = _PlainData(io.BytesIO(archive.read(name))).load()
+    except Exception:  # not a zip, truncated, a pickle of something else: not for this check to name
+        return None
+    return payload if isinstance(payload, dict) else None
 
 
 def learned_from_metrics(metrics: dict[str, Any], exact_match_task: bool = True) -> bool:
@@ -148,8 +265,9 @@ TRAINING_COLUMNS = [
 
 def training_table(runs: list[Path], notes: list[str] | None = None) -> pd.DataFrame:
     """One row per run: its final in-distribution metrics from ``metrics.json`` (NaN where missing). A damaged,
-    special or mistyped ``metrics.json`` (not an unfinished run's missing one) leaves the row empty and adds a
-    line naming it to ``notes`` when given."""
+    special or mistyped ``metrics.json`` (not an unfinished run's missing one), or one in a folder whose files
+    are of different runs (:func:`disagreement`), leaves the row empty and adds a line naming it to ``notes``
+    when given."""
     rows = []
     for run in runs:
         try:
@@ -158,6 +276,12 @@ def training_table(runs: list[Path], notes: list[str] | None = None) -> pd.DataF
             metrics = {}
             if notes is not None and os.path.lexists(run / run_files.METRICS_FILE):
                 notes.append(str(err))
+        checkpoint = run / run_files.CHECKPOINT_FILE
+        if metrics and (why := disagreement(run, run_config(run), metrics,
+                                            peek_checkpoint(checkpoint) if checkpoint.is_file() else None)):
+            metrics = {}  # files of two runs: neither one's numbers
+            if notes is not None:
+                notes.append(why)
         if metrics:
             metrics["learned"] = learned_from_metrics(metrics, has_mastery_criterion(metrics.get("task")))
         rows.append({**{c: None for c in TRAINING_COLUMNS}, **metrics, "run": describe_run(run)})

@@ -2,6 +2,8 @@
 
 import json
 
+import yaml
+
 from conftest import learned_run
 
 from posenc.analysis.run_folder import DEFAULT_TRAIN_LENGTH, RunFolder
@@ -25,6 +27,8 @@ def test_learned_follows_the_tasks_rule(tmp_path, always_learns):
     assert not RunFolder.read(tmp_path / "run").learned
     config = (tmp_path / "run" / "config.yaml").read_text().replace("name: copy", "name: lm", 1)
     (tmp_path / "run" / "config.yaml").write_text(config)  # lm: learned is the run's recorded convergence
+    metrics["run_id"] = run_identity(yaml.safe_load(config)).run_id  # an lm run's metrics name it
+    (tmp_path / "run" / "checkpoint.pt").unlink()  # copy's weights: not the lm run's
     path.write_text(json.dumps({**metrics, "learned": False, "heldout_loss_fall": 0.03}))
     assert RunFolder.read(tmp_path / "run").task == "lm" and not RunFolder.read(tmp_path / "run").learned
     path.write_text(json.dumps({**metrics, "learned": True, "heldout_loss_fall": 0.01}))
