@@ -193,3 +193,87 @@ def test_an_unreadable_table_in_report_is_one_line_and_changes_nothing(compared,
     assert line == f"error: cannot read {Path('tables') / 'sequences.parquet'}: Permission denied; make it readable or " \
                    "move it away"
     assert snapshot(compared) == before
+
+
+# A compare killed (SIGKILL, as `kill -9` or a SLURM job past its time) right after it renamed one new table
+# over its old version: its commit record names the rest, which the next command into the folder puts in place.
+_KILLED_AFTER = """
+import os, signal, sys
+import posenc.analysis.folders as folders
+real, last = os.replace, sys.argv[1]
+def replace(source, target):
+    real(source, target)
+    if os.path.basename(target) == last and ".posenc-staging-" not in str(target):
+        os.kill(os.getpid(), signal.SIGKILL)
+folders.os.replace = replace
+sys.argv = ["posenc", *sys.argv[2:]]
+from posenc.cli import app
+app()
+"""
+
+
+@pytest.mark.parametrize("command", [
+    ["compare", "--runs", "run", "--lengths", "16,24", "--sequences", "4", "--out", "tables"],
+    ["extrapolate", "--runs", "run", "--lengths", "16", "--sequences", "4", "--out", "tables"],
+    ["report", "tables"],
+    ["runs", "--runs", "run", "--out", "tables"],
+])  # fmt: skip
+def test_the_next_command_finishes_a_publish_killed_between_two_renames(compared, command):
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from posenc.analysis.store import read_results
+
+    killed = subprocess.run([sys.executable, "-c", _KILLED_AFTER, "extrapolation.parquet", "compare", "--runs", "run",
+                             "--lengths", "16,24", "--sequences", "4", "--out", "tables"], cwd=compared,
+                            capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    tables = compared / "tables"
+    assert list(tables.glob(".posenc-staging-*")), "the kill left the publish half done"
+    assert 24 in set(pd.read_parquet(tables / "extrapolation.parquet")["eval_length"])  # renamed: the new one
+    assert 24 not in set(pd.read_parquet(tables / "sequences.parquet")["eval_length"])  # not yet: the old one
+    result = runner.invoke(app, command)
+    assert result.exit_code == 0, result.output
+    assert not list(tables.glob(".posenc-staging-*"))
+    read_results(tables)  # one set: sequences agree with the evaluations
+    assert set(pd.read_parquet(tables / "comparison.parquet")["eval_length"]) == {16, 24}  # the killed one's
+    assert "24" in (tables / "report.md").read_text()
+
+
+def _damage(path: Path, column: str, value) -> None:
+    """``path``'s table with ``column`` dropped (``value`` None) or, as text, its first cell set to ``value``."""
+    import pandas as pd
+
+    table = pd.read_parquet(path)
+    if value is None:
+        table = table.drop(columns=column)
+    else:
+        table[column] = table[column].astype(str)
+        table.loc[table.index[0], column] = value
+    table.to_parquet(path, index=False)
+
+
+@pytest.mark.parametrize("stem, column, value, says", [
+    ("comparison", "run_ids", None, "is not a posenc comparison table of this version (no column run_ids)"),
+    ("comparison", "eval_length", "sixteen", "column eval_length holds 'sixteen' (row 1), not a whole number"),
+    ("extrapolation", "eval_length", "sixteen", "column eval_length holds 'sixteen' (row 1), not a whole number"),
+    ("extrapolation", "exact_match", "high", "column exact_match holds 'high' (row 1), not a number"),
+    ("sequences", "loss", "low", "column loss holds 'low' (row 1), not a number"),
+    ("extrapolation", "learned", "yes", "column learned holds 'yes' (row 1), not true or false"),
+])  # fmt: skip
+@pytest.mark.parametrize("command", [
+    ["report", "tables"],
+    ["compare", "--runs", "run", "--lengths", "16", "--sequences", "4", "--out", "tables"],
+    ["compare", "--extend", "--runs", "run", "--lengths", "16", "--sequences", "4", "--out", "tables"],
+])  # fmt: skip
+def test_a_damaged_or_foreign_table_is_one_line_naming_the_file_and_column(compared, stem, column, value, says,
+                                                                           command):
+    if stem == "comparison" and command[1] == "--runs":
+        pytest.skip("compare without --extend does not read the comparison: it writes a new one")
+    _damage(compared / "tables" / f"{stem}.parquet", column, value)
+    before = snapshot(compared)
+    line = _one_error(runner.invoke(app, command))
+    assert str(Path("tables") / f"{stem}.parquet") in line and says in line, line
+    assert snapshot(compared) == before

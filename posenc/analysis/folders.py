@@ -51,6 +51,7 @@ _RENAME_NOREPLACE = 1  # linux/fs.h
 _AT_FDCWD = -100
 _DISCARDS: dict[Path, list[str]] = {}  # staging folder -> glob patterns of files to remove from `out`
 _PUBLISHED: dict[str, str] = {}  # result folder (real path) -> "recorded" (commit record written) or "published"
+_HELD: set[str] = set()  # result folders (real paths) whose lock this process holds (inside `updating`)
 
 
 def interrupted_message(out: Path) -> str:
@@ -105,6 +106,40 @@ def recover(out: Path) -> None:
             shutil.rmtree(stage, ignore_errors=True)
         else:
             _move_in(stage, out, record)
+
+
+def settle(out: Path) -> None:
+    """Before ``out``'s tables are read: finish a publish that a writer killed between two renames left half
+    done (its commit record names the rest), under the folder's lock, which also waits for a writer that is
+    publishing right now. Nothing is locked or created where no committed staging folder waits (the usual
+    case), nor inside :func:`updating` (its lock is held, and it recovered first)."""
+    out = Path(os.path.realpath(out))
+    if str(out) in _HELD or not any(_read_record(stage) is not None for stage in _stages(out)):
+        return
+    try:
+        with _locked(out):
+            recover(out)
+    except OSError as err:
+        raise PosencError(f"cannot finish publishing the tables in {out}: {err.strerror or err}; the next posenc "
+                          "command writing there tries again") from err
+
+
+@contextmanager
+def _locked(out: Path, handle=None) -> Iterator[None]:
+    """Hold result folder ``out``'s lock (waiting for another command holding it) for the block; ``handle``:
+    its lock file, already opened (else opened here); closed at the end."""
+    with handle or open(lock_path(out), "a") as handle:
+        try:
+            import fcntl
+
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except ImportError:  # not POSIX: no lock
+            pass
+        _HELD.add(os.path.realpath(out))
+        try:
+            yield
+        finally:
+            _HELD.discard(os.path.realpath(out))
 
 
 def discard(stage: Path, pattern: str) -> None:
@@ -290,13 +325,7 @@ def updating(out: Path) -> Iterator[Path]:
         handle = open(lock_path(out), "a")
     except OSError as err:
         raise PosencError(f"cannot write tables to {out}: {err.strerror or err}") from err
-    with handle:
-        try:
-            import fcntl
-
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        except ImportError:  # not POSIX: no lock
-            pass
+    with _locked(out, handle):
         try:
             recover(out)
             if out.is_dir():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from posenc import files as run_files
-from posenc.analysis.folders import discard, moved, updating
+from posenc.analysis.folders import discard, moved, settle, updating
 from posenc.analysis.compare import TABLE_STEM, aggregate, variants
 from posenc.errors import PosencError
 from posenc.analysis.report import render
@@ -152,6 +152,7 @@ def _moved_figures(figures: dict, stage: Path, out: Path) -> dict:
 def regenerate(out: Path, command: str) -> tuple[pd.DataFrame, list[Path], dict]:
     """Rewrite ``out``'s comparison, figures and report from its tables alone: the runs and lengths its
     ``comparison`` table covers, re-aggregated from ``extrapolation``/``sequences``/``positions``."""
+    settle(out)  # a publish a killed writer left half done is finished first: its comparison may be the one waiting
     if not (Path(out) / f"{TABLE_STEM}.parquet").is_file():  # before the lock, which would create `out`
         raise PosencError(f"{out} holds no comparison (no {TABLE_STEM}.parquet); run `posenc compare --out` "
                           "there first")

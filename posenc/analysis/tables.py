@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from posenc import files as run_files
@@ -18,18 +21,83 @@ def describe_run(run: Path) -> str:
 
 
 def read_table(out_dir: Path, stem: str) -> pd.DataFrame | None:
-    """The table ``stem`` previously written to ``out_dir`` (from its Parquet file), or None if absent."""
+    """The table ``stem`` previously written to ``out_dir`` (from its Parquet file), or None if absent.
+
+    A publish into ``out_dir`` that a killed writer left half done is finished first (under the folder's lock,
+    :func:`posenc.analysis.folders.settle`), so the tables read are one set. A damaged or foreign table is one
+    line naming the file and the column (:func:`check_table`), never a traceback from whoever reads it."""
+    from posenc.analysis.folders import settle
+
+    settle(out_dir)
     path = Path(out_dir) / f"{stem}.parquet"
     if not path.exists():
         return None
     run_files.check_regular(path, "a result table")  # a FIFO would block the reader
     try:
-        return pd.read_parquet(path)
+        table = pd.read_parquet(path)
     except OSError as err:
         raise PosencError(f"cannot read {path}: {err.strerror or type(err).__name__}; make it readable or move it "
                           "away") from err
     except Exception as err:  # a damaged file is reported, never silently overwritten
         raise PosencError(f"cannot update {path}: unreadable ({type(err).__name__}); move it away first") from err
+    check_table(table, path, stem)
+    return table
+
+
+# The columns a table posenc reads back must hold, by stem (the store checks its own three tables' columns).
+REQUIRED_COLUMNS = {
+    "comparison": ("run_ids", "eval_length"),
+    "choices": ("task", "encoder", "key", "value", "seeds", "n_learned", "n_trained", "steps_to_learn", "chosen"),
+    "training": ("run",),
+}
+# Columns that hold numbers wherever they appear (and ``<metric>_mean``/``_low``/``_high``), and true/false ones.
+NUMBER_COLUMNS = frozenset({
+    "train_length", "eval_length", "scaling_factor", "depth", "seed", "steps_to_learn", "loss", "perplexity",
+    "token_accuracy", "exact_match", "n_sequences", "seconds", "sequence", "position", "bin_width", "correct",
+    "total", "n_seeds", "n_learned", "n_trained", "steps", "budget", "train_seconds", "heldout_loss_fall",
+    "chance_token_accuracy",
+})  # fmt: skip
+FLAG_COLUMNS = frozenset({"learned", "chosen"})
+LENGTH_COLUMNS = frozenset({"train_length", "eval_length"})  # keys: a whole number of tokens in every row
+
+
+def check_table(table: pd.DataFrame, path: Path, stem: str) -> None:
+    """Raise one line naming ``path`` and the column where ``table`` (read from it) is not the posenc table
+    ``stem``: a column it must hold is missing, or a column of numbers (or of true/false) holds anything else
+    (a word, a number stored as text)."""
+    missing = [c for c in REQUIRED_COLUMNS.get(stem, ()) if c not in table.columns]
+    if missing:
+        raise PosencError(f"{path} is not a posenc {stem} table of this version (no column {', '.join(missing)}); "
+                          "restore it, or move it away and run the command that wrote it again")
+    for column in table.columns:
+        name = str(column)
+        kind = ("length" if name in LENGTH_COLUMNS else "flag" if name in FLAG_COLUMNS else "number"
+                if name in NUMBER_COLUMNS or name.endswith(("_mean", "_low", "_high")) else None)
+        values = table[column]
+        if kind is None or (kind == "number" and pd.api.types.is_numeric_dtype(values)) or (
+                kind == "flag" and pd.api.types.is_bool_dtype(values)):
+            continue
+        bad = values.map(lambda v, kind=kind: not _fits(v, kind))
+        if bad.any():
+            row = int(bad.to_numpy().argmax())
+            shown = {"length": "a whole number of tokens", "flag": "true or false", "number": "a number"}[kind]
+            raise PosencError(f"damaged {path}: column {name} holds {values.iloc[row]!r} (row {row + 1}), not "
+                              f"{shown}; the table was edited or damaged: restore it, or move it away and run the "
+                              "command that wrote it again")
+
+
+def _fits(value, kind: str) -> bool:
+    """Whether one cell of a column of ``kind`` (``"number"``, ``"flag"``: true/false, ``"length"``) holds one;
+    a missing cell does, but in a length column."""
+    if pd.api.types.is_scalar(value) and pd.isna(value):
+        return kind != "length"
+    if isinstance(value, (bool, np.bool_)):
+        return kind == "flag"
+    if not isinstance(value, numbers.Real):
+        return False
+    if kind == "flag":
+        return value in (0, 1)
+    return kind == "number" or (math.isfinite(value) and value == int(value) and value >= 1)
 
 
 def write_tables(
