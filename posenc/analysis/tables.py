@@ -81,9 +81,17 @@ def check_table(table: pd.DataFrame, path: Path, stem: str) -> None:
         if bad.any():
             row = int(bad.to_numpy().argmax())
             shown = {"length": "a whole number of tokens", "flag": "true or false", "number": "a number"}[kind]
-            raise PosencError(f"damaged {path}: column {name} holds {values.iloc[row]!r} (row {row + 1}), not "
+            raise PosencError(f"damaged {path}: column {name} holds {_shown(values.iloc[row])} (row {row + 1}), not "
                               f"{shown}; the table was edited or damaged: restore it, or move it away and run the "
                               "command that wrote it again")
+
+
+def _shown(value) -> str:
+    """One cell as a message shows it: text quoted, a number plain (no numpy type), a missing cell said so."""
+    if pd.api.types.is_scalar(value) and pd.isna(value):
+        return "no value"
+    value = value.item() if isinstance(value, np.generic) else value
+    return repr(value)
 
 
 def _fits(value, kind: str) -> bool:

@@ -277,3 +277,58 @@ def test_kill_9_at_random_moments_leaves_one_whole_set(tmp_path, case):
         if case == "existing folder":
             assert _stat(out / "runs" / "train.log") == mine
     assert seen == {"old", "new"}  # the kills did land both before and after the commit
+
+
+def test_reading_a_table_finishes_a_publish_killed_half_way_first(tmp_path):
+    """read_table (every command's first read of --out) finishes a committed publish before it reads, under
+    the folder's lock (so the writers that left staging folders are gone: a live one holds it)."""
+    import pandas as pd
+
+    from posenc.analysis.tables import read_table, write_tables
+
+    out = tmp_path / "tables"
+    write_tables(pd.DataFrame({"run": ["old"]}), out, "training")
+    committed = out / ".posenc-staging-1"
+    write_tables(pd.DataFrame({"run": ["new"]}), committed, "training")
+    (committed / ".posenc-commit.json").write_text(
+        '{"files": ["training.csv", "training.md", "training.parquet"], "remove": []}')
+    (out / ".posenc-staging-2").mkdir()  # a writer killed before its commit record: its set never was
+    assert list(read_table(out, "training")["run"]) == ["new"]
+    assert leftovers(out) == [] and "new" in (out / "training.md").read_text()
+
+
+def test_a_process_holding_the_lock_is_waited_for_before_a_half_published_folder_is_read(tmp_path):
+    import threading
+
+    from posenc.analysis.folders import settle
+
+    out = tmp_path / "tables"
+    out.mkdir()
+    (out / "a.csv").write_text("old")
+    stage = out / ".posenc-staging-1"
+    stage.mkdir()
+    (stage / "a.csv").write_text("new")
+    (stage / ".posenc-commit.json").write_text('{"files": ["a.csv"], "remove": []}')
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(lock_path(out))], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        reader = threading.Thread(target=settle, args=(out,))
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive() and (out / "a.csv").read_text() == "old"  # waits for the writer
+        holder.kill()
+        reader.join(30)
+        assert not reader.is_alive() and (out / "a.csv").read_text() == "new" and leftovers(out) == []
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+
+
+_HOLDER = """
+import fcntl, sys, time
+handle = open(sys.argv[1], "a")
+fcntl.flock(handle, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(60)
+"""
