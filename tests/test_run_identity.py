@@ -103,7 +103,8 @@ def test_a_metrics_file_that_does_not_end_the_checkpoint_is_refused(tmp_path):
     state["step"] = 4  # the finished run's metrics beside a checkpoint from half way
     torch.save(state, tmp_path / "run" / run_files.CHECKPOINT_FILE)
     refused(tmp_path / "run", "train.steps=8", "train.checkpoint_every=4",
-            match="metrics.json does not end .*checkpoint.pt .training ended at step 8 there, the checkpoint is at step 4")
+            match="metrics.json does not end .*checkpoint.pt .training ended at step 8 there, the checkpoint is at "
+                  "step 4")
 
 
 def test_a_checkpoint_copied_from_another_run_is_refused_not_read_under_the_folders_config(tmp_path):
