@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import functools
+import glob
 import io
 import json
 import os
@@ -58,12 +59,14 @@ def _os_error(err: BaseException) -> OSError | None:
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     """Call ``write`` on a temporary file beside ``path``, then atomically rename it to ``path``.
 
-    The temporary file is named ``.<name>.posenc-tmp-XXXX.tmp``: one a killed writer leaves is removed by the
-    next writer holding the folder's lock (:func:`remove_stale_temporaries`)."""
+    The temporary file is named ``.<name>.posenc-tmp-<pid>-XXXX.tmp``: one a killed writer left is removed by
+    the next write of ``path`` (:func:`_remove_dead_writers`), and by the next training holding a run folder's
+    lock (:func:`remove_stale_temporaries`)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{TEMP_MARK}-", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{TEMP_MARK}-{os.getpid()}-", suffix=".tmp",
+                                   dir=path.parent)
     except OSError as err:
         from posenc.errors import PosencError
 
@@ -75,6 +78,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
+        _remove_dead_writers(path)
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
         cause = _os_error(err)
@@ -84,6 +88,28 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
 
         kept = "; its previous version is kept" if path.exists() else ""
         raise PosencError(f"cannot write {path}: {cause.strerror or cause}{kept}") from err
+
+
+def _remove_dead_writers(path: Path) -> None:
+    """Remove the temporary files of writes of ``path`` whose writer is gone (a kill): their names hold the
+    writer's process id. One of a live process, or of another machine's process id that is alive here, is
+    left; a kill's leftover named by an earlier posenc is removed by :func:`remove_stale_temporaries`."""
+    mark = f".{path.name}.{TEMP_MARK}-"
+    for leftover in path.parent.glob(f"{glob.escape(mark)}*.tmp"):
+        pid = leftover.name[len(mark):].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except PermissionError:  # another user's: alive
+        return True
+    except (ProcessLookupError, OverflowError, ValueError):  # none, or no process id at all
+        return False
+    return True
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -353,3 +353,16 @@ def test_a_checkpoint_write_killed_mid_way_leaves_no_temporary_file_after_the_ne
                           text=True)
     assert done.returncode == 0, done.stderr
     assert not [p.name for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_write_removes_what_a_killed_write_of_the_same_file_left_and_nothing_else(tmp_path):
+    """Outside run folders too (a script's output): the temporary files name their writer's process id, and a
+    write removes those of writers that are gone, never a live writer's nor a file it did not write."""
+    target = tmp_path / "table.csv"
+    dead = tmp_path / f".table.csv.{run_files.TEMP_MARK}-999999999-ab12cd.tmp"  # no such process
+    live = tmp_path / f".table.csv.{run_files.TEMP_MARK}-{os.getpid()}-ef34gh.tmp"  # this one: writing
+    other = tmp_path / f".other.csv.{run_files.TEMP_MARK}-999999999-ij56kl.tmp"  # another file's: its own write
+    for path in (dead, live, other):
+        path.write_text("half")
+    run_files.atomic_write_text(target, "whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, live.name, other.name])
