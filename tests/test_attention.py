@@ -23,7 +23,7 @@ def test_chunked_bias_attention_equals_dense_reference():
     torch.testing.assert_close(out, scores.softmax(-1) @ v)
 
 
-BIAS_ENCODERS = [n for n, c in ENCODERS.items() if c.has_score_bias]
+BIAS_ENCODERS = [n for n in ENCODERS.builtins() if ENCODERS[n].has_score_bias]
 
 
 def _dense_reference(q, k, v, encoder, positions=None):
@@ -133,7 +133,7 @@ def test_auto_attention_falls_back_to_query_blocks_when_flex_cannot_run(caplog):
         causal_attention(q, k, v, torch.arange(1024), encoder, kind="flex")
 
 
-@pytest.mark.parametrize("name", [n for n, cls in ENCODERS.items() if cls.has_score_bias])
+@pytest.mark.parametrize("name", BIAS_ENCODERS)
 def test_a_cpu_training_step_past_flex_length_uses_query_blocks_and_trains_the_bias(name):
     """FlexAttention has no backward on CPU: a long training step must not try it (and mark it broken)."""
 

@@ -32,7 +32,7 @@ def test_encoders_lists_the_registry_one_per_line():
     result = runner.invoke(app, ["encoders"])
     assert result.exit_code == 0
     lines = result.stdout.strip().splitlines()
-    assert [line.split()[0] for line in lines] == list(ENCODERS)
+    assert [line.split()[0] for line in lines][: len(ENCODERS.builtins())] == ENCODERS.builtins()
 
 
 def test_train_single_run_writes_the_run_directory(tmp_path):

@@ -36,8 +36,8 @@ def _spread(encoder, seed):
 
 
 def test_the_encoders_with_a_distance_table_are_known():
-    with_table = [n for n, c in ENCODERS.items()
-                  if c.has_score_bias and build_encoder(n, AttentionShape(32, 4), 64).distance_table(8) is not None]
+    with_table = [n for n in ENCODERS.builtins()
+                  if ENCODERS[n].has_score_bias and build_encoder(n, AttentionShape(32, 4), 64).distance_table(8) is not None]
     assert with_table == TABLE_ENCODERS
 
 
