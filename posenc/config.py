@@ -298,6 +298,8 @@ def store_plugin_configs(args: list[str] | None = None) -> None:
     store = ConfigStore.instance()
     named = _named_choices(args)
     for registry in (ENCODERS, TASKS):
+        registry.read_plugins()  # POSENC_PLUGINS imported (its paths made absolute for workers), entry points listed
+    for registry in (ENCODERS, TASKS):
         keys = list(registry) if named is None else [k for k in named.get(registry.group, ()) if k in registry]
         for key in keys:
             if registry.origin(key) is None:

@@ -63,8 +63,9 @@ def test_extrapolate_writes_tidy_tables_and_reports_learned_overflow(trained_run
     result = runner.invoke(app, ["extrapolate", "--runs", str(trained_runs), "--lengths", "16,40", "--out", str(out),
                                  "--sequences", "3", "--device", "cpu"])
     assert result.exit_code == 0, result.output
-    table = pd.read_csv(out / "extrapolation.csv", dtype={"note": object, "data": object})
-    for column in ("note", "data"):
+    text = ("note", "data", "fingerprint", "baseline")
+    table = pd.read_csv(out / "extrapolation.csv", dtype=dict.fromkeys(text, object))
+    for column in text:
         table[column] = table[column].fillna("")  # CSV has no empty-string/NaN distinction
     assert list(table.columns) == [c for c in COLUMNS if c != "config"]  # the whole config: Parquet only
     assert len(table) == 4 and set(table.eval_length) == {16, 40}
