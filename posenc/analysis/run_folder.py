@@ -301,5 +301,6 @@ def extend_training_table(out_dir: Path, table: pd.DataFrame) -> pd.DataFrame:
     kept = earlier[~earlier["run"].isin(table["run"])]
     if kept.empty:
         return table
-    merged = pd.concat([kept.astype(table.dtypes.to_dict(), errors="ignore"), table], ignore_index=True)
+    shared = {column: dtype for column, dtype in table.dtypes.items() if column in kept.columns}  # an older
+    merged = pd.concat([kept.astype(shared, errors="ignore"), table], ignore_index=True)  # table lacks new ones
     return merged.sort_values("run", kind="stable").reset_index(drop=True)

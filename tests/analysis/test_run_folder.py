@@ -53,3 +53,18 @@ def test_a_readable_folder_has_no_problems_and_a_damaged_metrics_file_names_itse
     (tmp_path / "run" / "metrics.json").write_text('{"loss": ')  # truncated
     folder = RunFolder.read(tmp_path / "run")
     assert folder.metrics == {} and "metrics.json" in folder.metrics_problem and folder.config_problem is None
+
+
+def test_extending_a_training_table_written_before_a_column_existed(tmp_path):
+    """A committed training table without a column added since (heldout_loss_fall) is extended, not refused:
+    its rows keep the column empty (`posenc runs --extend` into a copy of a baseline)."""
+    import pandas as pd
+
+    from posenc.analysis.run_folder import extend_training_table
+    from posenc.analysis.tables import write_tables
+
+    old = pd.DataFrame({"run": ["a"], "encoder": ["rope"], "seed": [0]})
+    write_tables(old, tmp_path, "training")
+    new = pd.DataFrame({"run": ["b"], "encoder": ["mine"], "seed": [1], "heldout_loss_fall": [0.5]})
+    merged = extend_training_table(tmp_path, new)
+    assert list(merged["run"]) == ["a", "b"] and merged["heldout_loss_fall"].isna().tolist() == [True, False]
