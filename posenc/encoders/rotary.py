@@ -325,6 +325,10 @@ class XPos(RotaryEncoder):
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         if not self.relative(positions):
             return super().rotate(q, k, positions)
+        return self._relative_rotate(q, k, positions)
+
+    @torch.compiler.disable  # it carries keys in a tensor's __dict__, which torch.compile cannot trace
+    def _relative_rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         # RoPE's rotation; RoPE times the decay seen from the last position
         rq, rk = self.rotation_tables(positions, q.shape[-2], _complex_dtype(q))
         q_rot, k_seen = F.apply_rotation(q, rq), F.apply_rotation(k, rk)
@@ -332,7 +336,8 @@ class XPos(RotaryEncoder):
         k_seen.__dict__["_xpos_relative"] = (F.apply_rotation(k, rq), positions)
         return q_rot, k_seen
 
-    def data_bias(self, x: Tensor, q: Tensor, k: Tensor) -> DataBias | None:
+    @torch.compiler.disable  # reads what _relative_rotate carried in k's __dict__ (the GPU check found
+    def data_bias(self, x: Tensor, q: Tensor, k: Tensor) -> DataBias | None:  # compile failing here on CUDA)
         """On the relative path (``k`` from :meth:`rotate` past ``MAX_LOG_SCALE``): ``(start, stop) ->``
         xPos's score of those queries minus the ``q . k`` attention computes, times attention's
         ``1/sqrt(head_dim)``; else None (fused attention on the centred factors). At inference on CPU attention
