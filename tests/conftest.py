@@ -91,7 +91,7 @@ def trained_runs(tmp_path_factory) -> Path:
 
 # A test that starts another process (the posenc command, a Hydra sweep, a script, a SIGKILL target) or
 # uses the sweep trained that way is an integration test: `pytest -q` leaves it out, CI runs it
-# (README: `pytest -q -m "not slow and not gpu"`). Marked from the test's own source, so that a new test
+# (README: `pytest -q -n 2 -m "not slow and not gpu"`). Marked from the test's own source, so that a new test
 # of that kind cannot land in the fast unit suite by forgetting a decorator.
 _SPAWNS = ("posenc_cli(", "subprocess.", "Popen(", "start_training(", "run_script(")
 # Likewise a test that compiles kernels (FlexAttention through inductor: seconds each, minutes on a cold
