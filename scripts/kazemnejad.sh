@@ -57,7 +57,7 @@ commit() {  # COMMIT=1: commit results/kazemnejad (its files only): everything w
   for try in 1 2 3 4 5 6 7 8 9 10; do  # another writer may hold the index lock a moment
     if (cd "$results/kazemnejad" && [ ! -e "$(git rev-parse --git-path index.lock)" ] && git add -- "${paths[@]}" &&
         { git diff --cached --quiet -- "${paths[@]}" ||
-          git commit -q -m "results/kazemnejad/$arm: $2 (scripts/kazemnejad.sh)" -- "${paths[@]}"; }); then
+          git commit -q -m "kazemnejad/$arm: $2" -m "Tables written by scripts/kazemnejad.sh after its last finished run." -- "${paths[@]}"; }); then
       committed=$(date +%s)
       return 0
     fi
