@@ -40,6 +40,7 @@ from posenc import fused_bias
 from posenc.encoders import PositionalEncoder
 from posenc.encoders.base import DataBias, KeyBias, OwnAttention, as_is
 from posenc.errors import ConfigError
+from posenc.subnormals import flush_subnormals
 
 log = logging.getLogger("posenc.attention")
 
@@ -98,7 +99,18 @@ class CausalAttention:
 
         Returns:
             ``[b, n_h, s, h_d]``.
+
+        At inference on CPU, subnormal floats are flushed to zero while it runs (:mod:`posenc.subnormals`: a
+        steep bias otherwise slows the fused kernels on some CPUs, with the same numbers).
         """
+        if q.device.type == "cpu" and not _needs_grad(q, k, v, encoder):
+            with flush_subnormals():
+                return self._attend(q, k, v, positions, encoder, dropout_p, kind, data_bias)
+        return self._attend(q, k, v, positions, encoder, dropout_p, kind, data_bias)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
+                dropout_p: float, kind: str, data_bias: DataBias | None) -> Tensor:
+        """:meth:`__call__`'s choice of path, and the call."""
         if isinstance(data_bias, KeyBias):
             return fused_bias.key_bias_attention(q, k, v, data_bias.key, dropout_p)
         if isinstance(data_bias, OwnAttention):

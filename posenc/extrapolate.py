@@ -23,6 +23,7 @@ from posenc.analysis.compare import held_back
 from posenc.errors import PosencError, PositionRangeError
 from posenc.evaluate import default_sequences, evaluate_detailed, resolve_device
 from posenc.progress import make_progress
+from posenc.subnormals import flush_subnormals
 from posenc.analysis.run_folder import RunFolder
 from posenc.analysis.store import COLUMNS, Results
 from posenc.analysis.tables import describe_run
@@ -131,6 +132,7 @@ def scalings_for(config: dict, scalings: list[RopeScaling]) -> list[RopeScaling]
 
 
 
+@flush_subnormals()  # on every thread of an evaluating process: see posenc.subnormals
 def extrapolate(
     runs: list[Path],
     lengths: list[int] | None,
