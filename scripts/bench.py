@@ -5,12 +5,14 @@ Everything is measured in this one process, so every ratio compares numbers take
 
     python scripts/bench.py                      # full run, ~15 minutes on a 2-core CPU
     python scripts/bench.py --quick              # a smoke run (seconds)
-    python scripts/bench.py --device cuda        # on a GPU: bf16 autocast, CUDA memory statistics
+    python scripts/bench.py --device cuda        # on a GPU: bf16 autocast, fused AdamW, CUDA memory stats
+    python scripts/bench.py --compile            # every model measured compiled (posenc's and the HF Llama)
     python scripts/bench.py --sections jobs      # sweeps: N one-thread jobs against one N-thread job
 
 Needs the ``bench`` extra (``pip install -e ".[bench]"``) for the reference model. Writes
 ``results/bench/{training,step,forward,rope,jobs}.csv`` (the sections run) and ``results/bench/bench.md``, and
-prints the tables.
+prints the tables; the output and bench.md name the machine (the CPU's model, and the GPU on CUDA). The
+forward table is rewritten after every row, so a bench stopped midway keeps the rows it measured.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 
 import argparse
 import gc
+import itertools
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -167,14 +171,22 @@ def train_flops_per_token(model: torch.nn.Module, n_layers: int, d_model: int, l
     return 6 * matmul_parameters(model) + 6 * n_layers * length * d_model
 
 
+def adamw(model: torch.nn.Module, device: torch.device, fused: bool | None = None) -> torch.optim.AdamW:
+    """The bench's AdamW: the fused kernel on CUDA unless ``fused`` says otherwise. posenc's runs use it there
+    (torch's own default is the foreach kernel), and the bench measures the step they run."""
+    fused = device.type == "cuda" if fused is None else fused
+    return torch.optim.AdamW(model.parameters(), lr=1e-3, fused=fused)
+
+
 def training_tokens_per_s(
     model: torch.nn.Module, device: torch.device, autocast: torch.dtype | None, batch: int, length: int,
     steps: int, compiled: bool = False, fused: bool | None = None,
 ) -> float:
-    """Tokens/s of full training steps (forward, loss, backward, clipping, AdamW) on random tokens."""
+    """Tokens/s of full training steps (forward, loss, backward, clipping, AdamW: :func:`adamw`) on random
+    tokens."""
     torch.manual_seed(0)
     data = torch.randint(0, VOCAB, (batch, length + 1), device=device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=fused)
+    optimizer = adamw(model, device, fused)
     forward = torch.compile(model) if compiled else model
 
     def step() -> None:
@@ -201,18 +213,21 @@ def training_section(args, device, autocast) -> pd.DataFrame:
     """Training tokens/s of every model in ``args.rounds`` interleaved rounds (each model once per round), so
     that a drift in the machine's speed (a shared CPU's neighbours) reaches every model alike. A model's
     tokens/s is its median over the rounds; its ratios are the medians of its per-round ratios, with their
-    lowest and highest (``*_low``, ``*_high``)."""
+    lowest and highest (``*_low``, ``*_high``). With ``--compile`` every model is compiled, the reference
+    too, so that no ratio sets a compiled model against an eager one."""
     peak = matmul_flops(device, autocast or torch.float32)
     models: list[tuple[str, torch.nn.Module, dict]] = []
     if not args.no_reference:
         models.append(("llama (HF transformers, sdpa)", llama_reference(device, args.length), {}))
     models += [(f"posenc {name}", posenc_model(name, args.length, device), {}) for name in args.encoders]
-    if not args.quick:
+    if not args.quick and device.type != "cuda":  # on CUDA every model's AdamW is the fused one already
         models.append(("posenc rope, fused AdamW", posenc_model("rope", args.length, device), {"fused": True}))
+    if not args.quick and not args.compile:
         models.append(("posenc rope, torch.compile", posenc_model("rope", args.length, device), {"compiled": True}))
     rates: dict[str, list[float]] = {name: [] for name, _, _ in models}
     for round_ in range(args.rounds):
         for name, model, kw in models:
+            kw = {"compiled": args.compile, **kw}
             tps = training_tokens_per_s(model, device, autocast, args.batch, args.length, args.steps, **kw)
             rates[name].append(tps)
             console.print(f"  training {name}, round {round_ + 1}/{args.rounds}: {tps:,.0f} tokens/s")
@@ -296,13 +311,13 @@ def forward_in_fresh_process(args) -> pd.DataFrame:
     """The forward section in a process of its own: after the training sections, the allocator's state in this
     one skewed it (T5 at 8192 tokens 1.87x rope after them, 1.19x alone; FoX at 32768 4.2x against 2.6x in an
     earlier bench), and a fresh process is what ``posenc extrapolate`` runs in."""
-    import subprocess
     import tempfile
 
     with tempfile.TemporaryDirectory() as out:
         command = [sys.executable, __file__, "--sections", "forward", "--device", args.device, "--out", out,
                    "--lengths", ",".join(map(str, args.lengths)), "--encoders", ",".join(args.encoders)]
-        subprocess.run(command + (["--quick"] if args.quick else []), check=True)
+        command += (["--quick"] if args.quick else []) + (["--compile"] if args.compile else [])
+        subprocess.run(command, check=True)
         return pd.read_csv(Path(out) / "forward.csv")
 
 
@@ -321,51 +336,97 @@ def least_memory(rows: list[dict], measure: Callable[[dict], tuple[float, float]
 
 
 def forward_section(args, device, autocast) -> pd.DataFrame:
-    """Forward time (a first pass) and peak memory (the least of ``MEMORY_PASSES`` passes after it) per encoder
-    and length, batch 1.
+    """Forward time (a first pass) and peak memory per encoder and length, batch 1.
 
     Ratios to rope and to ``nope``, the same model whose attention is plain fused causal SDPA with no
     positional work (``*_vs_sdpa``). ``first_s`` is the first call's time, compilation included (a new
     length compiles a FlexAttention kernel; the bench runs with inductor's on-disk caches off, so that is
-    the cold cost); ``seconds`` the fastest call after it.
+    the cold cost); ``seconds`` the fastest call after it. Peak memory on CUDA: one pass right after the row's
+    timing (the allocator's statistics do not move with the machine's load); on CPU the least of
+    ``MEMORY_PASSES`` passes after every timing (:func:`least_memory`). A row that fails (out of memory at a
+    length, a compile error) is a row with its ``error``, and the bench goes on. ``forward.csv`` is rewritten
+    after every row, so a bench stopped at a time limit keeps what it measured.
     """
-
-    def forward_fn(name: str, length: int) -> Callable[[], None]:
-        # Encoders with a position range (the learned table's rows, the randomized encoding's range) are built
-        # to cover the length benchmarked: this measures cost, not extrapolation.
-        model = posenc_model(name, 128, device).eval()
-        try:
-            model.encoder.check_positions(length)
-        except PositionRangeError:
-            options = {"max_position": length} if name == "randomized" else None
-            model = posenc_model(name, length, device, options=options).eval()
-        tokens = torch.randint(0, VOCAB, (1, length), device=device)
-
-        @torch.no_grad()
-        def forward() -> None:
-            with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
-                model(tokens)
-
-        return forward
-
-    rows = []
+    rows: list[dict] = []
+    partial = args.out / "forward.csv"
+    partial.parent.mkdir(parents=True, exist_ok=True)
     for length in args.lengths:
         for name in args.encoders:
-            repeats = 1 if length > 8192 else 3
-            first, seconds = first_and_best_time(forward_fn(name, length), device, repeats)
-            rows.append({"encoder": name, "length": length, "seconds": seconds, "first_s": first})
-            console.print(f"  forward {name} @ {length}: {seconds:.3f} s (first call {first:.2f} s)")
-    # Freed memory must leave the resident set for a peak to be seen; that makes allocations slower
-    # (fresh pages every time), so memory is measured in passes of its own, after every timing.
-    release_freed_memory_promptly()
-    least_memory(rows, lambda row: peak_memory(forward_fn(row["encoder"], row["length"]), device),
-                 1 if args.quick else MEMORY_PASSES)
+            row = {"encoder": name, "length": length, "error": ""}
+            rows.append(row)
+            try:
+                forward = forward_fn(name, length, device, autocast, args.compile)
+                first, row["seconds"] = first_and_best_time(forward, device, 1 if length > 8192 else 3)
+                row["first_s"] = first
+                console.print(f"  forward {name} @ {length}: {row['seconds']:.3f} s "
+                              f"(first call {first:.2f} s)")
+                if device.type == "cuda":
+                    row["peak_mib"], row["rise_mib"] = peak_memory(forward, device)
+                    console.print(f"  memory {name} @ {length}, pass 1/1: peak {row['peak_mib']:.0f} MiB "
+                                  f"(+{row['rise_mib']:.0f})")
+            except Exception as err:  # noqa: BLE001  one encoder at one length failing (OOM) is one row
+                row["error"] = _one_line(err)
+                console.print(f"  forward {name} @ {length}: error {row['error']}")
+            forward = None  # its model and any failed call's tensors go before the next row
+            _free(device)
+            atomic_write_text(partial, forward_table(rows).to_csv(index=False))
+    if device.type != "cuda":
+        # Freed memory must leave the resident set for a peak to be seen; that makes allocations slower
+        # (fresh pages every time), so memory is measured in passes of its own, after every timing.
+        release_freed_memory_promptly()
+        measured = [row for row in rows if not row["error"]]
+        least_memory(measured, lambda row: peak_memory(
+            forward_fn(row["encoder"], row["length"], device, autocast, args.compile), device),
+            1 if args.quick else MEMORY_PASSES)
+    return forward_table(rows)
+
+
+def forward_fn(name: str, length: int, device: torch.device, autocast: torch.dtype | None,
+               compiled: bool = False) -> Callable[[], None]:
+    """One forward of encoder ``name``'s model on ``length`` random tokens, batch 1, without autograd."""
+    # Encoders with a position range (the learned table's rows, the randomized encoding's range) are built
+    # to cover the length benchmarked: this measures cost, not extrapolation.
+    model = posenc_model(name, 128, device).eval()
+    try:
+        model.encoder.check_positions(length)
+    except PositionRangeError:
+        options = {"max_position": length} if name == "randomized" else None
+        model = posenc_model(name, length, device, options=options).eval()
+    call = torch.compile(model) if compiled else model
+    tokens = torch.randint(0, VOCAB, (1, length), device=device)
+
+    @torch.no_grad()
+    def forward() -> None:
+        with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+            call(tokens)
+
+    return forward
+
+
+def forward_table(rows: list[dict]) -> pd.DataFrame:
+    """The forward rows with their ratios to rope and to nope at the same length (empty where either
+    failed)."""
     table = pd.DataFrame(rows)
+    for column in ("seconds", "first_s", "peak_mib", "rise_mib"):
+        if column not in table:
+            table[column] = float("nan")
     for reference, suffix in (("rope", "rope"), ("nope", "sdpa")):
         at = table[table["encoder"] == reference].set_index("length")
         for column, value in (("time", "seconds"), ("peak", "peak_mib"), ("rise", "rise_mib")):
             table[f"{column}_vs_{suffix}"] = table[value] / table["length"].map(at[value])
     return table
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+
+
+def _free(device: torch.device) -> None:
+    """Return what a failed or finished row held, so that an out-of-memory row does not fail the next."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def rope_section(args, device) -> pd.DataFrame:
@@ -412,9 +473,10 @@ def _category(op: str) -> str:
     return "other_ops"
 
 
-def headline_config(encoder: str, device: torch.device):
+def headline_config(encoder: str, device: torch.device, compiled: bool = False):
     """The RunConfig of a length-generalization run (the headline's model: d_model 64, 3 layers, batch 64 x up
-    to 32 tokens, lengths drawn per sequence) with ``encoder``, composed by Hydra as ``posenc train`` would."""
+    to 32 tokens, lengths drawn per sequence) with ``encoder``, composed by Hydra as ``posenc train`` would;
+    compiled with ``compiled`` (``--compile``)."""
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
@@ -422,7 +484,8 @@ def headline_config(encoder: str, device: torch.device):
 
     with initialize_config_module(config_module="posenc.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=["experiment=length_generalization", f"encoder={encoder}",
-                                                       f"device={device.type}", "train.compile=false"])
+                                                       f"device={device.type}",
+                                                       f"train.compile={str(compiled).lower()}"])
     return run_config_from_dict(OmegaConf.to_container(cfg, resolve=True))
 
 
@@ -441,13 +504,14 @@ def step_section(args, device, autocast) -> pd.DataFrame:
         torch.set_num_threads(threads)
 
 
-def _phases(name: str, device, autocast, quick: bool) -> tuple[Callable[[], list[float]], float]:
+def _phases(name: str, device, autocast, quick: bool,
+            compiled: bool = False) -> tuple[Callable[[], list[float]], float]:
     """A function timing one training step of encoder ``name`` at the headline's shape by phase (seconds of
     data, forward + loss, backward, optimizer), warmed up; and the step's model FLOPs."""
     from posenc.evaluate import answer_loss
     from posenc.train import draw_batch, setup_training
 
-    cfg = headline_config(name, device)
+    cfg = headline_config(name, device, compiled)
     task, model, step_model, optimizer, scheduler, _ = setup_training(cfg, device)
     lo, hi = cfg.training_lengths(task)
     data = torch.Generator().manual_seed(0)
@@ -473,7 +537,7 @@ def _phases(name: str, device, autocast, quick: bool) -> tuple[Callable[[], list
         scheduler.step()
         sync(device)
         marks.append(time.perf_counter())
-        return [b - a for a, b in zip(marks, marks[1:])]
+        return [b - a for a, b in itertools.pairwise(marks)]
 
     for _ in range(5):
         phases()  # warm-up
@@ -505,7 +569,7 @@ def _step_rows(args, device, autocast) -> pd.DataFrame:
     per-round ratios (lowest and highest beside it); one profiled pass per encoder after the rounds."""
     peak = matmul_flops(device, autocast or torch.float32)  # at one thread, like the steps
     names = ["rope", *[n for n in ("cope", "fox", "pope", "fire", "t5", "alibi") if n in args.encoders]]
-    benches = {name: _phases(name, device, autocast, args.quick) for name in names}
+    benches = {name: _phases(name, device, autocast, args.quick, args.compile) for name in names}
     n = max(2, args.steps) * 5
     timed: dict[str, list[pd.DataFrame]] = {name: [] for name in names}
     for round_ in range(args.rounds):
@@ -544,11 +608,31 @@ def show(title: str, table: pd.DataFrame) -> None:
     Console(width=140).print(out)
 
 
+def cpu_model() -> str:
+    """The CPU's model name: /proc/cpuinfo's "model name" (Linux on x86), else lscpu's "Model name" (Linux
+    where /proc/cpuinfo names none, as on ARM), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and line.split(":", 1)[1].strip():
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=False).stdout
+        for line in lscpu.splitlines():
+            if line.startswith("Model name:") and line.split(":", 1)[1].strip():
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
 def machine(device: torch.device) -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    where = torch.cuda.get_device_name() if device.type == "cuda" else f"{cpu}, {torch.get_num_threads()} threads"
-    return f"{where}; torch {torch.__version__}; python {platform.python_version()}"
+    """What measured: the GPU on CUDA, and always the CPU's model (issue 38: the bench names it), with the
+    library versions."""
+    gpu = f"GPU {torch.cuda.get_device_name()}; " if device.type == "cuda" else ""
+    return (f"{gpu}CPU {cpu_model()}, {torch.get_num_threads()} threads; torch {torch.__version__}; "
+            f"python {platform.python_version()}")
 
 
 def main() -> None:
@@ -562,6 +646,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs")
     parser.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile every model measured (posenc's and the reference alike)")
     parser.add_argument("--encoders", default=",".join(ENCODERS),
                         help="comma-separated encoders (rope and nope, the references of the ratios, are "
                              "always added)")
@@ -606,9 +692,9 @@ def main() -> None:
     }
     sections = {key: make() for key, make in makers.items() if key in args.sections}
     args.out.mkdir(parents=True, exist_ok=True)
-    precision = "bf16 autocast" if autocast else "fp32"
-    lines = [f"# posenc benchmark\n\nMachine: {machine(device)}; {precision}. Command: "
-             f"`python {' '.join(sys.argv)}` ({time.perf_counter() - start:.0f} s).\n"]
+    precision = ("bf16 autocast" if autocast else "fp32") + (", every model compiled" if args.compile else "")
+    lines = [(f"# posenc benchmark\n\nMachine: {machine(device)}; {precision}. Command: "
+              f"`python {' '.join(sys.argv)}` ({time.perf_counter() - start:.0f} s).\n")]
     titles = {
         "training": f"Training throughput, batch {args.batch} x {args.length} tokens, median of {args.rounds} "
                     "interleaved rounds (ratios to the HF Llama and to posenc rope: median, lowest and highest "

@@ -13,13 +13,20 @@ read from ``--from FILE`` (blank lines and ``#`` comments skipped). Logs go to `
     python scripts/train_parallel.py --jobs 40 --deadline 420 --from runs.txt
     python scripts/train_parallel.py --jobs 2 "experiment=scale_copy encoder=rope seed=0"
 
-Prints a line every ``--every`` seconds (running, finished, stopped, failed) and exits 1 if a run failed.
+Prints a line every ``--every`` seconds (running, finished, stopped, failed), and at the end the throughput:
+steps trained per second by all runs together (over the wall time from the first start to the last exit) and
+per run (its steps over the seconds its process ran, start-up included), also written to
+``<logs>/throughput.json``. Steps are read from each run's log: the last step it names (the exact one when
+SIGTERM stopped it; within ``train.log_every`` of the end when it finished), less the step it resumed from.
+Exits 1 if a run failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -44,6 +51,41 @@ def command(posenc: str, overrides: list[str]) -> list[str]:
     return [posenc, "train", "-m", *overrides, "progress=false", "train.compile=false"]
 
 
+STEP = re.compile(r"\bstep (\d+)")
+RESUMED = re.compile(r"\bfrom step (\d+)")
+
+
+def steps_trained(log: str) -> int:
+    """The steps a run trained in this invocation, from its log (see the module's docstring)."""
+    if "not retraining" in log:  # finished before: this process trained nothing
+        return 0
+    resumed = [int(n) for n in RESUMED.findall(log)]
+    start = resumed[-1] if resumed else 0
+    return max(0, max((int(n) for n in STEP.findall(log)), default=start) - start)
+
+
+def throughput(logs: Path, seconds: dict[int, float], wall: float) -> dict:
+    """Steps/s of all runs together over ``wall`` and of each run over the ``seconds`` its process ran."""
+    runs = []
+    for i, ran in sorted(seconds.items()):
+        steps = steps_trained((logs / f"{i:03d}.log").read_text(errors="replace"))
+        runs.append({"run": i, "steps": steps, "seconds": round(ran, 1),
+                     "steps_per_s": round(steps / ran, 2) if ran > 0 else None})
+    rates = [r["steps_per_s"] for r in runs if r["steps_per_s"] is not None]
+    total = sum(r["steps"] for r in runs)
+    return {"runs": len(runs), "wall_s": round(wall, 1), "steps": total,
+            "steps_per_s": round(total / wall, 2) if wall > 0 else None,
+            "steps_per_s_per_run": round(sum(rates) / len(rates), 2) if rates else None, "per_run": runs}
+
+
+def report_throughput(logs: Path, seconds: dict[int, float], wall: float) -> None:
+    report = throughput(logs, seconds, wall)
+    (logs / "throughput.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"throughput: {report['steps']} steps in {report['wall_s']:.0f} s: {report['steps_per_s']} steps/s "
+          f"in all, {report['steps_per_s_per_run']} steps/s per run ({report['runs']} runs; "
+          f"{logs}/throughput.json)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="*", help="one run's overrides, quoted")
@@ -66,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     waiting = list(enumerate(runs))
     running: dict[int, subprocess.Popen] = {}
     codes: dict[int, int] = {}
+    began: dict[int, float] = {}
+    seconds: dict[int, float] = {}  # each run's process, start to exit
     stopping = False
     last = 0.0
     while waiting or running:
@@ -84,9 +128,11 @@ def main(argv: list[str] | None = None) -> int:
                 log.flush()
                 running[i] = subprocess.Popen(command(args.posenc, overrides), stdout=log,
                                               stderr=subprocess.STDOUT, env=env)
+                began[i] = time.monotonic()
         for i, proc in list(running.items()):
             if proc.poll() is not None:
                 codes[i] = proc.returncode
+                seconds[i] = time.monotonic() - began[i]
                 del running[i]
         if elapsed - last >= args.every or not (waiting or running):
             last = elapsed
@@ -95,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"stopped {sum(c in (143, -15) for c in codes.values())}  failed {len(failed)}  "
                   f"waiting {len(waiting)}", flush=True)
         time.sleep(0.5)
+    report_throughput(logs, seconds, time.monotonic() - start)
     failed = sorted(i for i, c in codes.items() if c not in (0, 143, -15))
     for i in failed:
         tail = (logs / f"{i:03d}.log").read_text().splitlines()[-3:]

@@ -1,12 +1,16 @@
 """scripts/bench.py runs end to end (tiny sizes) and writes complete tables; the real figures come from a
 full run, never from a timed test."""
 
+import argparse
+import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from posenc.encoders import ENCODERS
 
@@ -17,7 +21,7 @@ def test_bench_quick_run_writes_every_table(tmp_path):
     out = tmp_path / "bench"
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--no-reference", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
+        check=False, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     training = pd.read_csv(out / "training.csv")
@@ -54,7 +58,7 @@ def test_bench_quick_run_writes_every_table(tmp_path):
 
 def _summary(folder, *args):
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_summary.py"), str(folder), *args],
-                          capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=120)
 
 
 def test_readme_speed_table_is_the_summary_of_the_committed_bench():
@@ -77,13 +81,13 @@ def test_bench_summary_says_what_is_missing_in_one_line(tmp_path):
 def test_bench_rejects_bad_lengths_in_one_line(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--lengths", "512,-1", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
+        check=False, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2 and "error: --lengths" in result.stderr
     assert "Traceback" not in result.stderr
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--rounds", "0", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
+        check=False, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2 and "error: --rounds must be at least 1" in result.stderr
     assert "Traceback" not in result.stderr
@@ -93,7 +97,7 @@ def test_bench_runs_a_chosen_section_and_encoders_always_with_rope(tmp_path):
     out = tmp_path / "bench"
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--sections", "forward", "--encoders",
-         "alibi", "--out", str(out)], capture_output=True, text=True, timeout=600,
+         "alibi", "--out", str(out)], check=False, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     forward = pd.read_csv(out / "forward.csv")
@@ -106,8 +110,10 @@ def test_bench_runs_a_chosen_section_and_encoders_always_with_rope(tmp_path):
             assert at.loc[("alibi", length), f"time_vs_{suffix}"] == pytest.approx(want)
             want = at.loc[("alibi", length), "rise_mib"] / at.loc[(reference, length), "rise_mib"]
             assert at.loc[("alibi", length), f"rise_vs_{suffix}"] == pytest.approx(want)
+    cpu = _bench().cpu_model()  # the bench names the CPU model in its output and its Markdown (issue 38)
+    assert f"CPU {cpu}" in (out / "bench.md").read_text() and cpu in re.sub(r"\s+", " ", result.stderr)
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--encoders", "nosuch"],
-                         capture_output=True, text=True, timeout=600)
+                         check=False, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "unknown encoder 'nosuch'" in bad.stdout + bad.stderr
 
 
@@ -115,7 +121,7 @@ def test_bench_jobs_section_compares_one_thread_jobs_with_one_job_of_every_threa
     out = tmp_path / "bench"
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--sections", "jobs", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
+        check=False, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = pd.read_csv(out / "jobs.csv")
@@ -129,7 +135,8 @@ def test_the_ensemble_bench_trains_stacked_seeds_as_they_train_alone(tmp_path):
     """scripts/ensemble_bench.py: K seeds as stacked weights end where each trained alone ends (to rounding), and
     both throughputs are measured."""
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "ensemble_bench.py"), "--members", "1,3",
-                             "--steps", "3", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+                             "--steps", "3", "--out", str(tmp_path)], check=False, capture_output=True,
+                            text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     table = pd.read_csv(tmp_path / "ensemble_cpu.csv")
     assert list(table["members"]) == [1, 3]
@@ -140,7 +147,8 @@ def test_the_ensemble_bench_trains_stacked_seeds_as_they_train_alone(tmp_path):
 @pytest.mark.integration
 def test_the_bounds_script_writes_what_each_kernel_allows(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_bounds.py"), "--length", "256",
-                             "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+                             "--out", str(tmp_path)], check=False, capture_output=True, text=True,
+                            timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     table = pd.read_csv(tmp_path / "bounds.csv")
     assert list(table["measure"]) == ["forward 256"] * 5 + ["training 32x128"] * 3 + ["headline step, one thread"]
@@ -168,3 +176,109 @@ def test_peak_memory_is_the_least_of_the_passes_over_every_row():
     assert order == ["rope", "xpos"] * 3
     assert (rows[0]["peak_mib"], rows[0]["rise_mib"]) == (490.0, 25.0)
     assert (rows[1]["peak_mib"], rows[1]["rise_mib"]) == (520.0, 40.0)
+
+
+def _bench():
+    from conftest import load_script
+
+    return load_script("bench")
+
+
+def _forward_args(out: Path, **given) -> argparse.Namespace:
+    defaults = {"lengths": [16], "encoders": ["rope", "nope"], "quick": True, "compile": False, "out": out}
+    return argparse.Namespace(**{**defaults, **given})
+
+
+def test_a_failing_forward_row_is_recorded_and_the_rows_so_far_are_written_after_each(tmp_path, monkeypatch):
+    """One encoder failing at one length (out of memory) is a row with its error, and the others are
+    measured; forward.csv holds every row measured so far before the next begins, so that a bench stopped at a
+    time limit keeps them."""
+    bench = _bench()
+    real, written = bench.forward_fn, []
+
+    def forward_fn(name, length, device, autocast, compiled=False):
+        table = tmp_path / "forward.csv"
+        written.append(len(pd.read_csv(table)) if table.is_file() else 0)
+        if name == "alibi" and length == 32:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB\nmore")
+        return real(name, length, device, autocast, compiled)
+
+    monkeypatch.setattr(bench, "forward_fn", forward_fn)
+    args = _forward_args(tmp_path, encoders=["rope", "alibi", "nope"], lengths=[16, 32])
+    table = bench.forward_section(args, torch.device("cpu"), None).set_index(["encoder", "length"])
+    assert written[:6] == [0, 1, 2, 3, 4, 5]  # then the memory pass over the five rows measured
+    oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 GiB"  # its first line only
+    assert table.loc[("alibi", 32), "error"] == oom
+    assert pd.isna(table.loc[("alibi", 32), "seconds"]) and pd.isna(table.loc[("alibi", 32), "time_vs_rope"])
+    measured = table.drop(("alibi", 32))
+    assert (measured["error"] == "").all()
+    assert (measured["seconds"] > 0).all() and (measured["peak_mib"] > 0).all()
+    assert len(pd.read_csv(tmp_path / "forward.csv")) == 6
+
+
+def test_on_cuda_each_forward_row_has_one_memory_pass_right_after_its_timing(tmp_path, monkeypatch):
+    """CUDA's allocator statistics do not move with the machine's load: one pass a row, no passes after."""
+    bench = _bench()
+    calls = []
+    monkeypatch.setattr(bench, "forward_fn", lambda name, length, device, autocast, compiled=False:
+                        calls.append(f"build {name} compiled={compiled}") or (lambda: None))
+    monkeypatch.setattr(bench, "first_and_best_time",
+                        lambda fn, device, repeats: calls.append("time") or (2.0, 1.0))
+    monkeypatch.setattr(bench, "peak_memory", lambda fn, device: calls.append("memory") or (100.0, 40.0))
+    monkeypatch.setattr(bench, "least_memory", lambda *args: calls.append("passes"))
+    table = bench.forward_section(_forward_args(tmp_path, compile=True), torch.device("cuda"), torch.bfloat16)
+    per_row = [(f"build {name} compiled=True", "time", "memory") for name in ("rope", "nope")]
+    assert calls == [call for row in per_row for call in row]
+    assert table["peak_mib"].tolist() == [100.0, 100.0] and table["peak_vs_sdpa"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_compile_applies_to_every_model_the_training_section_measures(device, monkeypatch):
+    """``--compile``: the HF Llama and every posenc model are compiled alike (no row compares a compiled model
+    with an eager one); on CUDA every model's AdamW is fused, so no separate fused row."""
+    bench = _bench()
+    compiled = {}
+    monkeypatch.setattr(bench, "matmul_flops", lambda *args: 1e9)
+    monkeypatch.setattr(bench, "llama_reference", lambda *args: torch.nn.Linear(4, 4))
+    monkeypatch.setattr(bench, "posenc_model", lambda *args, **kwargs: torch.nn.Linear(4, 4))
+
+    def tokens_per_s(model, *args, compiled=False, fused=None):
+        calls.append(compiled)
+        return 1000.0
+
+    monkeypatch.setattr(bench, "training_tokens_per_s", tokens_per_s)
+    for flag in (True, False):
+        calls = []
+        args = argparse.Namespace(no_reference=False, encoders=["rope", "nope"], quick=False, compile=flag,
+                                  rounds=2, batch=2, length=8, steps=1)
+        compiled[flag] = (list(bench.training_section(args, torch.device(device), None)["model"]), calls)
+    models, calls = compiled[True]
+    assert all(calls) and len(calls) == 2 * len(models) and "llama (HF transformers, sdpa)" in models
+    assert not any("torch.compile" in m for m in models)
+    models, calls = compiled[False]
+    assert calls.count(True) == 2 and models[-1] == "posenc rope, torch.compile"  # the one compiled row
+    assert any("fused AdamW" in m for m in models) == (device == "cpu")
+
+
+def test_the_bench_adamw_is_the_fused_kernel_on_cuda():
+    bench = _bench()
+    model = torch.nn.Linear(2, 2)
+    assert bench.adamw(model, torch.device("cuda")).defaults["fused"] is True
+    assert not bench.adamw(model, torch.device("cpu")).defaults["fused"]
+    assert bench.adamw(model, torch.device("cuda"), fused=False).defaults["fused"] is False
+
+
+def test_the_bench_names_the_cpu_model_and_the_gpu(monkeypatch):
+    """From /proc/cpuinfo's "model name"; where it names none (ARM), lscpu's "Model name"; the GPU on CUDA."""
+    bench = _bench()
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    named = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
+    assert bench.cpu_model() == (named[0] if named else bench.cpu_model()) and bench.cpu_model()
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "NVIDIA H200")
+    assert re.match(r"GPU NVIDIA H200; CPU .+, \d+ threads; torch ", bench.machine(torch.device("cuda")))
+    assert bench.machine(torch.device("cpu")).startswith(f"CPU {bench.cpu_model()}, ")
+    no_model_name = types.SimpleNamespace(read_text=lambda: "processor\t: 0\n")  # as on ARM
+    monkeypatch.setattr(bench, "Path", lambda path: no_model_name)
+    monkeypatch.setattr(bench.subprocess, "run", lambda *args, **kwargs: types.SimpleNamespace(
+        stdout="Architecture:  aarch64\nModel name:    Neoverse-V2\n"))
+    assert bench.cpu_model() == "Neoverse-V2"
