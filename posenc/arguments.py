@@ -185,3 +185,44 @@ def check_max_hours(max_hours: float) -> None:
     """Refuse a time limit that cannot mean anything (zero, negative, NaN)."""
     if not max_hours > 0:
         raise PosencError(f"--max-hours must be a positive number of hours (inf: no limit), got {max_hours}")
+
+
+def experiment_single_run(args: list[str]) -> str | None:
+    """``posenc train experiment=NAME`` without ``-m``, where NAME's file sweeps keys (``hydra.sweeper.params``):
+    Hydra then trains one run, the defaults standing in for every swept key not given. Refused in one line where
+    that run is none of the experiment's (``experiment=headline_retrieval`` sweeps ``task=retrieval`` but would
+    train copy, without a word); else a note naming the one run it trains (None: nothing to say). Hydra's own
+    modes (``-m``, ``--cfg``, ``--help``) and compositions that fail (reported by the precheck) are left alone."""
+    if any(a.startswith("-") for a in args):
+        return None
+    named = [a.partition("=")[2] for a in args if a.partition("=")[0].lstrip("+") == "experiment"]
+    if len(named) != 1 or "," in named[0]:
+        return None
+    from hydra import compose, initialize_config_module
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    try:
+        with initialize_config_module(config_module="posenc.conf", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=args, return_hydra_config=True)
+        params = OmegaConf.to_container(cfg.hydra.sweeper.params) or {}
+        parsed = {key: OverridesParser.create().parse_override(f"{key}={sweep}") for key, sweep in params.items()}
+        swept = {key: list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+                 for key, o in parsed.items()}
+    except Exception:  # whatever fails here fails in the precheck or in Hydra, in its own words
+        return None
+    given = {a.partition("=")[0].lstrip("+~") for a in args if "=" in a}
+    choices = cfg.hydra.runtime.choices
+    chosen = {key: str(choices[key] if key in choices else OmegaConf.select(cfg, key))
+              for key in swept if key not in given}
+    outside = [key for key, value in chosen.items() if value not in swept[key]]
+    runs = math.prod(len(values) for values in swept.values())
+    if outside:
+        key = outside[0]
+        raise PosencError(f"experiment={named[0]} is a sweep of {runs} runs ({key}={params[key]}): without -m this "
+                          f"would train one run with {key}={chosen[key]}, which is none of them; add -m to train the "
+                          f"sweep, or name one of its runs ({' '.join(f'{k}=...' for k in swept)})")
+    if not chosen:
+        return None
+    return (f"experiment={named[0]} is a sweep of {runs} runs (-m trains them all); without -m this trains one of "
+            f"them: {' '.join(f'{k}={v}' for k, v in chosen.items())}")

@@ -13,7 +13,8 @@ from typing import Annotated, Optional
 import typer
 
 from posenc.arguments import (
-    DEFAULT_MAX_HOURS, check_eval_options, check_max_hours, parse_encoders, parse_lengths, parse_scalings,
+    DEFAULT_MAX_HOURS, check_eval_options, check_max_hours, experiment_single_run, parse_encoders, parse_lengths,
+    parse_scalings,
 )
 from posenc.errors import PosencError
 from posenc.analysis.printing import by_headline_metric, print_comparison, print_notes, print_registry, print_table
@@ -24,23 +25,30 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Click's plain help, not Rich's panels: the panels cut long option names and values
+    # ("--include-not-lear…") at 80 columns and show a type beside every flag ("--help <bool>"); click wraps
+    # every line instead, at the terminal's width ($COLUMNS, or 80 without a terminal): max_content_width
+    # lifts click's own cap of 80.
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 10_000},
 )
 
 DEFAULT_RESULTS = Path("results")
 RunsOption = Annotated[
     Optional[list[Path]],
-    typer.Option("--runs", help="Run directories, or folders holding them (e.g. a sweep). Repeatable."),
+    typer.Option("--runs", metavar="PATH",
+                 help="Run directories, or folders holding them (e.g. a sweep). Repeatable."),
 ]
 SequencesOption = Annotated[
-    Optional[int], typer.Option(help="Sequences per length (default: ~32k tokens, at least 64).")
+    Optional[int], typer.Option(metavar="N", help="Sequences per length (default: ~32k tokens, at least 64).")
 ]
-DeviceOption = Annotated[str, typer.Option(help="auto | cpu | cuda")]
+DeviceOption = Annotated[str, typer.Option(metavar="DEVICE", help="auto | cpu | cuda")]
 ScalingOption = Annotated[
     str,
-    typer.Option("--rope-scaling", help="Comma-separated RoPE extension methods to evaluate rotary runs under, "
-                 "without retraining: none (as trained), linear, ntk, dynamic_ntk, yarn, llama3; options after a "
-                 "colon, e.g. yarn:beta_fast=16,beta_slow=1 or llama3:low_freq_factor=1,high_freq_factor=4,"
-                 "original_max_position_embeddings=32."),
+    typer.Option("--rope-scaling", metavar="METHODS", help="Comma-separated RoPE extension methods to evaluate "
+                 "rotary runs under, without retraining: none (as trained), linear, ntk, dynamic_ntk, yarn, "
+                 "llama3; options after a colon, e.g. yarn:beta_fast=16,beta_slow=1 or llama3:low_freq_factor=1 "
+                 "(an unknown option is refused with the method's options listed)."),
 ]
 NotLearnedOption = Annotated[
     bool,
@@ -54,13 +62,13 @@ MemoryOption = Annotated[
 ]
 MaxHoursOption = Annotated[
     float,
-    typer.Option("--max-hours", help="Refuse, before any work, an evaluation estimated to take longer than this "
-                 "many hours (inf: no limit); one estimated over a minute is announced."),
+    typer.Option("--max-hours", metavar="HOURS", help="Refuse, before any work, an evaluation estimated to take "
+                 "longer than this many hours (inf: no limit); one estimated over a minute is announced."),
 ]
 FactorOption = Annotated[
     Optional[float],
-    typer.Option("--rope-factor", help="Fixed extension factor for --rope-scaling (default: follows the "
-                 "evaluation length, s = eval length / training length)."),
+    typer.Option("--rope-factor", metavar="FACTOR", help="Fixed extension factor for --rope-scaling (default: "
+                 "follows the evaluation length, s = eval length / training length)."),
 ]
 
 
@@ -102,20 +110,42 @@ def train(ctx: typer.Context) -> None:
     from posenc.precheck import precheck, quote_path_overrides
 
     from posenc.config import store_plugin_configs
+    from posenc.errors import ConfigError
 
     args = quote_path_overrides(ctx.args)  # resume=PATH of posenc's own folder names (`=`, `,`)
     with one_line_errors():
-        store_plugin_configs(args)  # encoder=KEY of a plugin composes like a built-in (here and in workers)
-        precheck(args)
+        try:
+            store_plugin_configs(args)  # encoder=KEY of a plugin composes like a built-in (here and in workers)
+            precheck(args)
+        except ConfigError as err:
+            raise _with_plugin_hint(err) from None
+        note = experiment_single_run(args)  # an experiment's sweep without -m: refused, or the one run named
+    if note:
+        print_notes([], note)
     sys.argv = ["posenc train", *args]
     hydra_main()
 
 
+def _with_plugin_hint(err: PosencError) -> PosencError:
+    """An unknown encoder or task key, with how to load the plugin it may be (the registry names the known keys
+    only: a plugin's key looks like a typo where its module is not loaded)."""
+    from posenc.runs import PLUGIN_HOWTO
+
+    for group in ("encoder", "task"):
+        if str(err).startswith(f"unknown {group} '"):
+            return type(err)(f"{err}; {PLUGIN_HOWTO.format(group=group)}")
+    return err
+
+
 @app.command()
 def extrapolate(
-    lengths: Annotated[str, typer.Option(help="Comma-separated evaluation lengths.")] = "512,2048,8192",
+    lengths: Annotated[
+        str, typer.Option(metavar="LENGTHS", help="Comma-separated evaluation lengths.")
+    ] = "512,2048,8192",
     runs: RunsOption = None,
-    out: Annotated[Path, typer.Option(help="Folder for extrapolation.{csv,parquet,md}.")] = DEFAULT_RESULTS,
+    out: Annotated[
+        Path, typer.Option(metavar="FOLDER", help="Folder for extrapolation.{csv,parquet,md}.")
+    ] = DEFAULT_RESULTS,
     sequences: SequencesOption = None,
     device: DeviceOption = "auto",
     rope_scaling: ScalingOption = "none",
@@ -159,8 +189,28 @@ def extrapolate(
                       "in the files below)")
         print_table(shown)
     print_notes(unreadable + skipped, same, scaling_note(table, scalings),
-                None if include_not_learned else not_learned_note(table, wanted))
+                None if include_not_learned else not_learned_note(table, wanted),
+                None if include_not_learned else not_learned_hint(table, wanted))
     console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
+
+
+NOT_LEARNED_HINT = ("— past the training length marks a configuration that did not learn its task there, so it "
+                    "was evaluated at its training length only; --include-not-learned evaluates it at every length "
+                    "(it stays marked not learned)")
+
+
+def not_learned_hint(table, lengths: list[int] | None) -> str | None:
+    """:data:`NOT_LEARNED_HINT` when ``table`` (evaluations, or a comparison's rows) holds a configuration held
+    back at its training length while longer ``lengths`` were asked for (None: the default, longer ones): a
+    small-budget trial otherwise shows only "—" past 1x, with nothing naming the option that fills it."""
+    from posenc.analysis.compare import held_back
+
+    if table.empty or not {"learned", "task", "train_length"} <= set(table.columns):
+        return None
+    held = table[[held_back(bool(learned), task) for learned, task in zip(table["learned"], table["task"])]]
+    if held.empty or (lengths is not None and max(lengths) <= held["train_length"].min()):
+        return None
+    return NOT_LEARNED_HINT
 
 
 def _interrupted(out: Path) -> None:
@@ -177,15 +227,15 @@ def _command(name: str) -> str:
 
 ChooseOption = Annotated[
     Optional[str],
-    typer.Option(help="A config key (e.g. train.lr): among runs that differ only in it, compare the value "
-                      "whose seeds learned best at the training length (written to choices.md)."),
+    typer.Option(metavar="KEY", help="A config key (e.g. train.lr): among runs that differ only in it, compare "
+                      "the value whose seeds learned best at the training length (written to choices.md)."),
 ]
 BaselineOption = Annotated[
     Optional[Path],
-    typer.Option("--baseline", help="A committed comparison (e.g. results/length_generalization) to place these "
-                 "runs beside: its tables are copied into OUT (it is never written, retrained or re-evaluated), "
-                 "the runs are evaluated at its lengths on its sequences and paired with its encoders. Runs must "
-                 "differ from its runs only in encoder and seed."),
+    typer.Option("--baseline", metavar="FOLDER", help="A committed comparison (e.g. results/length_generalization) "
+                 "to place these runs beside: its tables are copied into OUT (it is never written, retrained or "
+                 "re-evaluated), the runs are evaluated at its lengths on its sequences and paired with its "
+                 "encoders. Runs must differ from its runs only in encoder and seed."),
 ]
 ExtendOption = Annotated[
     bool,
@@ -199,11 +249,13 @@ def compare(
     runs: RunsOption = None,
     lengths: Annotated[
         Optional[str],
-        typer.Option(help="Comma-separated evaluation lengths (default: L/4, L/2, 3L/4 for a run trained on a "
-                          "range of lengths, L, every L/8 up to 2L, then doubling up to --up-to)."),
+        typer.Option(metavar="LENGTHS", help="Comma-separated evaluation lengths (default: L/4, L/2, 3L/4 for a "
+                          "run trained on a range of lengths, L, every L/8 up to 2L, then doubling up to --up-to)."),
     ] = None,
-    up_to: Annotated[int, typer.Option(help="Longest default evaluation length.")] = 8192,
-    out: Annotated[Path, typer.Option(help="Folder for the tables, figures and report.md.")] = DEFAULT_RESULTS,
+    up_to: Annotated[int, typer.Option(metavar="LENGTH", help="Longest default evaluation length.")] = 8192,
+    out: Annotated[
+        Path, typer.Option(metavar="FOLDER", help="Folder for the tables, figures and report.md.")
+    ] = DEFAULT_RESULTS,
     sequences: SequencesOption = None,
     device: DeviceOption = "auto",
     rope_scaling: ScalingOption = "none",
@@ -272,14 +324,15 @@ def compare(
                                                   extend=extend, replaced=given, facts=run_facts(folders[run] for run in found))
     print_comparison(comparison)
     print_notes(unreadable + skipped, same, scaling_note(new.evaluations, scalings),
-                None if include_not_learned else not_learned_note(new.evaluations, wanted))
+                None if include_not_learned else not_learned_note(new.evaluations, wanted),
+                None if include_not_learned else not_learned_hint(comparison, wanted))  # its rows, old ones too
     console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
                   f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
 
 
 @app.command()
 def report(
-    out: Annotated[Path, typer.Argument(help="A folder written by `posenc compare`.")],
+    out: Annotated[Path, typer.Argument(metavar="OUT", help="A folder written by `posenc compare`.")],
 ) -> None:
     """Regenerate a comparison's tables, figures and report.md from its tables alone (no runs needed)."""
     from posenc.analysis.pipeline import regenerate
@@ -295,7 +348,8 @@ def report(
 def runs(
     runs: RunsOption = None,
     out: Annotated[
-        Optional[Path], typer.Option(help="Also write training.{csv,parquet,md} into this folder.")
+        Optional[Path],
+        typer.Option(metavar="FOLDER", help="Also write training.{csv,parquet,md} into this folder."),
     ] = None,
     extend: Annotated[
         bool, typer.Option("--extend", help="With --out: keep the rows of OUT's training table for other runs.")
@@ -401,18 +455,21 @@ def tasks() -> None:
 @app.command()
 def kernels(
     encoders: Annotated[
-        Optional[str], typer.Option(help="Comma-separated encoders drawn untrained (default: all).")
+        Optional[str],
+        typer.Option(metavar="KEYS", help="Comma-separated encoders drawn untrained (default: all)."),
     ] = None,
     runs: RunsOption = None,
-    max_distance: Annotated[int, typer.Option(help="Largest relative distance m - n.")] = 2048,
+    max_distance: Annotated[int, typer.Option(metavar="N", help="Largest relative distance m - n.")] = 2048,
     rope_scaling: Annotated[
-        str, typer.Option(help="RoPE scaling methods drawn for rotary encoders (none = as trained).")
+        str,
+        typer.Option(metavar="METHODS", help="RoPE scaling methods drawn for rotary encoders (none = as trained)."),
     ] = "none,ntk,yarn",
     factor: Annotated[
-        float, typer.Option("--factor", "--rope-factor", help="Extension factor of the scaling methods.")
+        float,
+        typer.Option("--factor", "--rope-factor", metavar="FACTOR", help="Extension factor of the scaling methods."),
     ] = 4.0,
-    out: Annotated[Path, typer.Option(help="Folder for kernels.{csv,parquet,md} and the figures (the committed "
-                                          "results/kernels is written only when named).")] = (
+    out: Annotated[Path, typer.Option(metavar="FOLDER", help="Folder for kernels.{csv,parquet,md} and the figures "
+                                      "(the committed results/kernels is written only when named).")] = (
         DEFAULT_RESULTS / "kernels-latest"
     ),
 ) -> None:
@@ -456,3 +513,6 @@ def _unwrapped(doc: str) -> str:
 for _info in app.registered_commands:
     if _info.help is None and _info.callback is not None and _info.callback.__doc__:
         _info.help = _unwrapped(_info.callback.__doc__)
+        # the list of commands shows the first paragraph whole, wrapped: click shortens a derived one to fit
+        # one line ("…"), cutting sentences mid-word
+        _info.short_help = _info.help.split("\n\n")[0]

@@ -20,11 +20,48 @@ def live_bars(enabled: bool) -> bool:
 LINE_SECONDS = 5.0  # without a terminal: a progress line at most this often
 
 
+def duration(seconds: float) -> str:
+    """``seconds`` for a progress line: ``42 s``, ``3 min 05 s``, ``2 h 07 min``."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def fraction(done: float, total: float | None) -> str:
+    """``150/2000 (8%)``; ``150`` alone without a total."""
+    if not total:
+        return f"{done:g}"
+    return f"{done:g}/{total:g} ({100 * done / total:.0f}%)"
+
+
+def timing(elapsed: float | None, speed: float | None, left: float | None) -> str:
+    """``12 s elapsed, ETA 2 min 30 s`` (``left`` units of work to go at ``speed`` units per second); the ETA
+    is left out until a speed is measured: a guess from nothing would mislead."""
+    text = f"{duration(elapsed or 0)} elapsed"
+    if speed and left is not None:
+        text += f", ETA {duration(max(0.0, left) / speed)}"
+    return text
+
+
+def task_status(progress: Progress | LineProgress, task_id: int, done: float) -> tuple[str, str]:
+    """``(fraction, timing)`` of a progress bar's task at ``done`` units of work: what a line written off the
+    terminal shows instead of the bar (``150/2000 (8%)``, ``12 s elapsed, ETA 2 min 30 s``). A live bar keeps
+    its clock and speed even when disabled (output piped or logged), so both come from it."""
+    if isinstance(progress, LineProgress):
+        return progress.status(task_id, done)
+    task = next(t for t in progress.tasks if t.id == task_id)
+    total = task.total
+    return fraction(done, total), timing(task.elapsed, task.speed, None if total is None else total - done)
+
+
 class LineProgress:
     """What a progress bar shows, as a plain line on stderr every :data:`LINE_SECONDS` (the first after that
-    long), for output piped or logged, where live bars are off: ``evaluate 3/12 (25%) rope/copy @ 512, 40 s``.
-    Offers the calls of :class:`rich.progress.Progress` that posenc makes (``add_task``, ``update``,
-    ``advance``)."""
+    long), for output piped or logged, where live bars are off:
+    ``evaluate 3/12 (25%) rope/copy @ 512, 40 s elapsed, ETA 2 min 00 s``. Offers the calls of
+    :class:`rich.progress.Progress` that posenc makes (``add_task``, ``update``, ``advance``)."""
 
     def __init__(self) -> None:
         self.tasks: dict[int, dict] = {}
@@ -38,7 +75,9 @@ class LineProgress:
         return None
 
     def add_task(self, description: str, total: float | None = None, **fields: object) -> int:
-        self.tasks[len(self.tasks)] = {"description": description, "total": total, "completed": 0, **fields}
+        task = {"description": description, "total": total, "completed": 0, **fields}
+        task["initial"] = task["completed"]  # work done before this process (a resumed job): not its speed
+        self.tasks[len(self.tasks)] = task
         return len(self.tasks) - 1
 
     def update(self, task: int, *, total: float | None = None, advance: float = 0, **fields: object) -> None:
@@ -52,17 +91,23 @@ class LineProgress:
         if advance:
             self._maybe_print(task)
 
+    def status(self, task: int, done: float, now: float | None = None) -> tuple[str, str]:
+        """``(fraction, timing)`` at ``done``: the speed is this process's work over its time so far."""
+        t, elapsed = self.tasks[task], (time.monotonic() if now is None else now) - self.start
+        worked = done - t["initial"]
+        speed = worked / elapsed if worked > 0 and elapsed > 0 else None
+        return fraction(done, t["total"]), timing(elapsed, speed, None if not t["total"] else t["total"] - done)
+
     def _maybe_print(self, task: int) -> None:
         now = time.monotonic()
         if now - self.last < LINE_SECONDS:
             return
         self.last = now
         t = self.tasks[task]
-        done, total = t["completed"], t["total"] or 0
-        share = f" ({100 * done / total:.0f}%)" if total else ""
+        done, clock = self.status(task, t["completed"], now)
         current = str(t.get("current") or "")
-        console.print(f"{t['description']} {done:g}/{total:g}{share}{' ' + current if current else ''}, "
-                      f"{now - self.start:.0f} s", highlight=False, soft_wrap=True)
+        console.print(f"{t['description']} {done}{' ' + current if current else ''}, {clock}", highlight=False,
+                      soft_wrap=True)
 
 
 def make_progress(enabled: bool, fields: str = "loss {task.fields[loss]:.4f}  acc {task.fields[acc]:.3f}",

@@ -82,6 +82,8 @@ def load_run(run_dir: Path, device: torch.device | str = "cpu"):
     payload = read_checkpoint(path, device)
     if why := files_disagreement(Path(run_dir), payload):
         raise PosencError(why)
+    if why := unregistered(payload["config"]):
+        raise PosencError(f"cannot load run {run_dir}: {why}")
     try:
         cfg: RunConfig = run_config_from_dict(payload["config"])
     except PosencError as err:
@@ -92,6 +94,35 @@ def load_run(run_dir: Path, device: torch.device | str = "cpu"):
     except (RuntimeError, KeyError) as err:
         raise PosencError(f"checkpoint {path} does not match its config: {str(err).splitlines()[0]}") from err
     return cfg, task, model.to(device).eval()
+
+
+PLUGIN_HOWTO = ("if it is a plugin, load it with POSENC_PLUGINS=FILE.py (or a module name), or install the package "
+                "that registers it (entry point group posenc.{group}s); see docs/extending.md")
+
+
+def unregistered(config: dict[str, Any]) -> str | None:
+    """Why a run's encoder or task cannot be built in this process: its key is not registered (a plugin not
+    loaded here), with how to load it, from where its code was when it trained (``config.yaml``'s ``plugins``)
+    if recorded; None when both are registered. Said as such, not as an invalid config: the run is fine, this
+    process lacks its code."""
+    from posenc.encoders import ENCODERS
+    from posenc.tasks import TASKS
+
+    plugins = config.get("plugins") if isinstance(config.get("plugins"), dict) else {}
+    for group, registry in (("encoder", ENCODERS), ("task", TASKS)):
+        section = config.get(group)
+        key = section.get("name") if isinstance(section, dict) else None
+        if not isinstance(key, str) or key in registry:
+            continue
+        missing = f"its {group} '{key}' is not registered here"
+        origin = plugins.get(group)
+        if isinstance(origin, dict) and origin.get("source"):
+            load = (f"install {origin['source']}" if origin.get("origin") == "entry point"
+                    else f"POSENC_PLUGINS={origin['source']}")
+            return (f"{missing}: it trained with the plugin {origin.get('object')} ({origin.get('origin')} "
+                    f"{origin['source']}); load it the same way ({load}; docs/extending.md)")
+        return f"{missing} (registered: {', '.join(registry)}); {PLUGIN_HOWTO.format(group=group)}"
+    return None
 
 
 def files_disagreement(run: Path, payload: dict[str, Any]) -> str | None:

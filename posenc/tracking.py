@@ -25,8 +25,7 @@ from typing import Any, ClassVar
 
 from posenc.analysis.store import flatten_config
 from posenc.errors import ConfigError, PosencError
-
-TRACKING_FILE = "tracking.json"  # the backend's run id, so that a resumed run logs into the same one
+from posenc.files import TRACKING_FILE  # the backend's run id: one name, which run-folder checks read too
 
 
 @dataclass
