@@ -1,0 +1,89 @@
+"""Experiment files and the folders they write (issue 38, item 7): a user's trial of an experiment never lands in
+the sweep folder a committed record is built from, the scripts that build records name that folder themselves,
+and an experiment whose runs are a sweep says so without -m instead of training something else."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+from typer.testing import CliRunner
+
+from posenc.arguments import experiment_single_run
+from posenc.cli import app
+from posenc.errors import PosencError
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+runner = CliRunner()
+
+
+def sweep_dir(*overrides: str) -> str:
+    """``hydra.sweep.dir`` as composed for ``posenc train -m OVERRIDES``, unresolved (``${now:...}`` kept)."""
+    with initialize_config_module(config_module="posenc.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+    return OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["dir"]
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_an_experiment_sweeps_into_a_new_folder_like_any_sweep(experiment):
+    """Issue 38: `posenc train -m experiment=headline` wrote a user's trial into results/multirun/headline, the
+    folder results/headline is compared from. A plain sweep of an experiment gets the time-stamped folder of
+    any sweep; only a command naming hydra.sweep.dir (the scripts) writes a record's folder."""
+    assert sweep_dir(f"experiment={experiment}") == sweep_dir()
+    assert re.search(r"multirun/\$\{now:[^}]*\}$", sweep_dir(f"experiment={experiment}"))
+
+
+def _statements(text: str) -> list[str]:
+    """A shell script's lines with their continuation lines (ending in a backslash) joined."""
+    return re.sub(r"\\\n\s*", " ", text).splitlines()
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "scripts").glob("*.sh")))
+def test_every_script_names_the_sweep_folder_it_trains_into(script):
+    """What makes the scripts build their records in the same folders as before: every `posenc train -m` they
+    run names hydra.sweep.dir, directly or in each call of the shell function that wraps it."""
+    lines = _statements((ROOT / "scripts" / script).read_text())
+    for i, line in enumerate(lines):
+        if not re.search(r'posenc"? train -m', line) or "hydra.sweep.dir=" in line:
+            continue
+        wrapper = next(re.match(r"\s*(\w+)\(\) \{", lines[j])[1] for j in range(i, -1, -1)
+                       if re.match(r"\s*(\w+)\(\) \{", lines[j]))
+        calls = [c for c in lines if re.match(rf"\s*(\[.*\] && )?{wrapper} ", c)]
+        assert calls, f"{script}: {wrapper}() trains without naming its sweep folder, and is never called"
+        for call in calls:
+            assert "hydra.sweep.dir=" in call, f"{script}: `{call.strip()}` trains into an unnamed sweep folder"
+
+
+@pytest.mark.parametrize("experiment", ["headline_retrieval", "scale_retrieval"])
+def test_an_experiment_whose_run_without_m_is_none_of_its_runs_is_refused(experiment):
+    """Issue 38: `posenc train experiment=headline_retrieval` (no -m) trained copy without a word."""
+    with pytest.raises(PosencError, match=rf"experiment={experiment} is a sweep .*task=copy.*add -m"):
+        experiment_single_run([f"experiment={experiment}"])
+    assert experiment_single_run([f"experiment={experiment}", "task=retrieval", "encoder=rope", "seed=0"]) is None
+    assert experiment_single_run(["-m", f"experiment={experiment}"]) is None  # the sweep itself
+    assert experiment_single_run([f"experiment={experiment}", "--cfg", "job"]) is None  # Hydra's own modes
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_without_m_is_refused_or_names_the_one_run_it_trains(experiment):
+    try:
+        note = experiment_single_run([f"experiment={experiment}"])
+    except PosencError as err:
+        assert "add -m" in str(err)
+        return
+    assert note is not None and "-m trains them all" in note and "this trains one of them" in note, note
+
+
+def test_the_refusal_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    from conftest import TINY
+
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["train", "experiment=headline_retrieval", *TINY])  # TINY: a broken check trains 4 steps
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: experiment=headline_retrieval is a sweep"), lines
+    assert list(tmp_path.iterdir()) == []
