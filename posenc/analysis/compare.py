@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from posenc.arguments import NO_SCALING
+from posenc.analysis.claims import DEFAULT_MIXER, Side
 from posenc.analysis.stats import group_estimate
 from posenc.analysis.store import KEY, NO_DEPTH, Results, describe_config, differing_keys
 from posenc.task_facts import ANSWER_ALPHABET, has_mastery_criterion
@@ -58,17 +59,26 @@ def with_depth_means(results: Results) -> Results:
                    pd.concat([seq, seq_means[seq.columns]], ignore_index=True), results.positions)
 
 
+MIXER_KEY = "model.mixer"  # named first in a variant whose sequence mixer is not attention (see labels)
+
+
 def variants(evaluations: pd.DataFrame) -> pd.Series:
-    """Per row, what tells its configuration apart from the other configurations of the same task and
-    encoder (``key=value`` pairs); empty where a task and encoder were run in one configuration only."""
+    """Per row, what tells its configuration apart from the other configurations of the same task, encoder
+    and sequence mixer (``key=value`` pairs); empty where those were run in one configuration only. A mixer
+    other than attention is named first (``model.mixer=base_conv``): :func:`labels` names the row by it, as a
+    model without positional encoding is then told apart by its mixer, not by the keys that differ."""
+    from posenc.analysis.evidence import mixer_of  # evidence imports this module
+
     out = pd.Series("", index=evaluations.index, dtype=object)
     for _, rows in evaluations.groupby(["task", "encoder"], sort=False):
-        configs = rows.drop_duplicates("config_id")
-        if len(configs) < 2:
-            continue
-        keys = differing_keys(list(configs["config"]))
-        names = {cid: describe_config(c, keys) for cid, c in zip(configs["config_id"], configs["config"])}
-        out[rows.index] = rows["config_id"].map(names)
+        mixers = rows["config"].map({c: mixer_of(c) for c in rows["config"].unique()})  # parsed once each
+        for mixer, part in rows.groupby(mixers, sort=False):
+            configs = part.drop_duplicates("config_id")
+            keys = [k for k in differing_keys(list(configs["config"])) if k != MIXER_KEY] if len(configs) > 1 else []
+            named = [] if mixer == DEFAULT_MIXER else [f"{MIXER_KEY}={mixer}"]
+            names = {cid: ",".join(named + ([describe_config(c, keys)] if keys else []))
+                     for cid, c in zip(configs["config_id"], configs["config"])}
+            out[part.index] = part["config_id"].map(names)
     return out
 
 
@@ -170,12 +180,17 @@ def task_unigram_loss(table: pd.DataFrame, task: str) -> float:
 
 
 def labels(table: pd.DataFrame) -> pd.Series:
-    """What a row is about, for tables and legends: the encoder, ``[variant]``, ``+scaling`` and ``@depth``
-    where set."""
+    """What a row is about, for tables and legends: the encoder - or, where the model mixes tokens with
+    something other than attention, the mixer (``base_conv``; ``alibi base_conv`` with an encoder) -, then
+    ``[variant]``, ``+scaling`` and ``@depth`` where set."""
     variant = table["variant"] if "variant" in table else pd.Series("", index=table.index)
 
     def label(encoder: str, var: str, scaling: str, depth: float) -> str:
-        text = encoder if not var else f"{encoder} [{var}]"
+        name = encoder
+        if var.startswith(f"{MIXER_KEY}="):  # see variants: the mixer, then the keys that differ
+            mixer, _, var = var[len(MIXER_KEY) + 1:].partition(",")
+            name = Side(encoder, mixer=mixer).label()
+        text = name if not var else f"{name} [{var}]"
         text = text if scaling == NO_SCALING else f"{text} +{scaling}"
         return text if math.isnan(depth) else f"{text} @depth {depth:g}"
 

@@ -4,6 +4,8 @@ band), steps-to-learn, and accuracy by answer position. Reads only tables: no to
 from __future__ import annotations
 
 import math
+import re
+import warnings
 
 from pathlib import Path
 
@@ -114,16 +116,63 @@ def mark_training_lengths(ax, lengths, at_top: bool = False, gap: float = 2) -> 
                     xytext=(gap, -2 if at_top else 2), textcoords="offset points")
 
 
-def _length_axis(ax, lengths: list[int]) -> None:
-    """A log2 axis labelled with the lengths themselves (64, 128, ... not 2^6)."""
+def _length_axis(ax, lengths: list[int], fontsize: float = 7) -> None:
+    """A log2 axis with a tick at each evaluated length, labelled with the lengths themselves (64, 128, ...
+    not 2^6) where the labels fit side by side (:func:`length_labels`)."""
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
     ax.set_xscale("log", base=2)
     if lengths:
         ax.xaxis.set_major_locator(FixedLocator(lengths))
-        ax.set_xticklabels([str(n) for n in lengths], fontsize=7, rotation=45 if len(lengths) > 6 else 0)
+        ax.xaxis.set_major_formatter(length_labels())
+        ax.tick_params(axis="x", labelsize=fontsize, labelrotation=0)
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+DIGIT_WIDTH = 0.64  # em: DejaVu Sans's digits (matplotlib's default font) are 0.636 em wide; rounded up
+LABEL_GAP = 0.8  # em kept free between two tick labels
+
+
+def shown_lengths(values: list[float], points: list[float], em: float) -> list[bool]:
+    """Which of the lengths ``values`` (at ``points`` along the axis, in points) get a label: evaluated lengths
+    crowd together where they are dense on a log axis (copy's 32, 36, ..., 64), so a label is shown only where
+    it keeps :data:`LABEL_GAP` from those already shown - powers of two first (the lengths a reader looks
+    for), then the others from the left. Widths are estimated from the digit count and the font size ``em``
+    (points), not measured, so the choice is the same on every machine."""
+    half = [len(f"{v:g}") * DIGIT_WIDTH * em / 2 for v in values]
+    order = sorted(range(len(values)), key=lambda i: (not _power_of_two(values[i]), values[i]))
+    shown: list[int] = []
+    for i in order:
+        if all(abs(points[i] - points[j]) >= half[i] + half[j] + LABEL_GAP * em for j in shown):
+            shown.append(i)
+    return [i in shown for i in range(len(values))]
+
+
+def length_labels():  # a class made on first use: matplotlib is imported only when drawing
+    """A matplotlib formatter for a length axis: each tick's length, or nothing where :func:`shown_lengths`
+    leaves it out (its tick stays, unlabelled)."""
+    from matplotlib.ticker import Formatter
+
+    class _LengthLabels(Formatter):
+        def __call__(self, x, pos=None) -> str:
+            return f"{x:g}"
+
+        def format_ticks(self, values) -> list[str]:
+            values = [float(v) for v in values]
+            ax = self.axis.axes if self.axis is not None else None
+            if not values or ax is None:
+                return [self(v) for v in values]
+            scale = 72 / ax.figure.dpi  # display pixels to points
+            points = [ax.transData.transform((v, 1.0))[0] * scale for v in values]
+            em = float(self.axis.get_tick_params().get("labelsize", 10.0))
+            return [self(v) if keep else "" for v, keep in zip(values, shown_lengths(values, points, em))]
+
+    return _LengthLabels()
+
+
+def _power_of_two(value: float) -> bool:
+    return value >= 1 and float(value).is_integer() and int(value) & (int(value) - 1) == 0
 
 
 def _seeds(view: pd.DataFrame) -> str:
@@ -132,27 +181,93 @@ def _seeds(view: pd.DataFrame) -> str:
         f"{n} seed; band: 95% interval over sequences"
 
 
+VARIANT = re.compile(r"(?P<name>.*?) \[(?P<variant>.*)\](?P<rest>.*)")  # compare.labels: "name [variant] +scaling"
+
+
+def short_names(names) -> tuple[dict[str, str], str]:
+    """Legend names for the labels ``names`` (:func:`posenc.analysis.compare.labels`) and the caption that
+    goes with them: a configuration difference ("nope [task.min_length=32,train.lr=0.003]") would take the
+    figure's width from its plot, so each becomes a number ("nope #1", the same number wherever that
+    configuration appears), and the caption names the differences ("nope #1: task.min_length=32,..."; ""
+    where there are none). The tables keep the full labels."""
+    mapping: dict[str, str] = {}
+    numbers: dict[tuple[str, str], int] = {}
+    for full in sorted(set(names)):
+        found = VARIANT.fullmatch(full)
+        if found is None:
+            mapping[full] = full
+            continue
+        key = (found["name"], found["variant"])
+        numbers.setdefault(key, sum(name == key[0] for name, _ in numbers) + 1)
+        mapping[full] = f"{found['name']} #{numbers[key]}{found['rest']}"
+    caption = "; ".join(f"{name} #{n}: {variant}" for (name, variant), n in numbers.items())
+    return mapping, f"configurations: {caption}" if caption else ""
+
+
+def _caption(fig, text: str) -> None:
+    """``text`` under every panel of ``fig`` (the constrained layout keeps room for it; wrapped to the width
+    when saved, :func:`fit_titles`)."""
+    if text:
+        fig.supxlabel(text, fontsize=7, color="dimgrey")
+
+
 def _titles(fig) -> list:
-    """The centred texts of ``fig`` that can outgrow it: its suptitle, each visible axes' title and x label."""
-    texts = [fig._suptitle] if getattr(fig, "_suptitle", None) is not None else []
+    """The centred texts of ``fig`` that can outgrow it: its suptitle and caption, each visible axes' title and
+    x label."""
+    texts = [t for t in (getattr(fig, "_suptitle", None), getattr(fig, "_supxlabel", None)) if t is not None]
     for ax in fig.axes:
         if ax.get_visible():
             texts += [ax.title, ax.xaxis.label]
     return [t for t in texts if t.get_text()]
 
 
-def fit_titles(fig, margin: float = 4.0, rounds: int = 4) -> None:
-    """Wrap, between words, every title and x label of ``fig`` that would run past its edges (less ``margin``
-    points): a one-panel figure is narrower than a long title, and the layout does not shorten text. Drawn as
-    when saved (the constrained layout then makes room for the extra lines)."""
-    import textwrap
-
+def _canvas(fig):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    return fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+
+
+COLLAPSED = "constrained_layout not applied"  # matplotlib's warning when decorations leave the axes no room
+
+
+def _draw_laid_out(fig) -> bool:
+    """Draw ``fig``; False where its constrained layout gave up (its legend or labels would need more than the
+    figure's width or height: drawn without a layout, they run off its edges)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=COLLAPSED)
+        try:
+            _canvas(fig).draw()
+        except UserWarning as warning:
+            if COLLAPSED not in str(warning):
+                raise
+            return False
+    return True
+
+
+def fit_layout(fig, rounds: int = 8, step: float = 1.25) -> None:
+    """Grow ``fig`` until its constrained layout holds: in the direction its drawn texts and legends overflow
+    (both where neither does), ``step`` times per round. Nothing is shrunk, so a figure that fits is left as
+    it is."""
+    for _ in range(rounds):
+        if _draw_laid_out(fig):
+            return
+        box, frame = fig.get_tightbbox(_canvas(fig).get_renderer()), fig.bbox_inches
+        wide = box.x0 < frame.x0 or box.x1 > frame.x1
+        tall = box.y0 < frame.y0 or box.y1 > frame.y1
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width * (step if wide or not tall else 1), height * (step if tall or not wide else 1))
+
+
+def fit_titles(fig, margin: float = 4.0, rounds: int = 4) -> None:
+    """Wrap, between words, every title, x label and caption of ``fig`` that would run past its edges (less
+    ``margin`` points): a one-panel figure is narrower than a long title, and the layout does not shorten text.
+    Drawn as when saved (the constrained layout then makes room for the extra lines)."""
+    import textwrap
+
+    canvas = _canvas(fig)
     pad = margin * fig.dpi / 72
     for _ in range(rounds):
-        canvas.draw()
+        fit_layout(fig)
         renderer = canvas.get_renderer()
         changed = False
         for text in _titles(fig):
@@ -173,8 +288,8 @@ def fit_titles(fig, margin: float = 4.0, rounds: int = 4) -> None:
 
 
 def save_figure(fig, out_dir: Path, stem: str) -> list[Path]:
-    """Write ``fig`` as ``<stem>.png`` and ``<stem>.svg`` (atomically, without a creation date), its long
-    titles wrapped to fit (:func:`fit_titles`)."""
+    """Write ``fig`` as ``<stem>.png`` and ``<stem>.svg`` (atomically, without a creation date), its layout
+    made to hold (:func:`fit_layout`) and its long titles wrapped to fit (:func:`fit_titles`)."""
     fit_titles(fig)
     paths = []
     for ext in ("png", "svg"):
@@ -199,9 +314,12 @@ def plot_metric(
 
     plt = pyplot()
     view = comparison[comparison["task"] == task]
-    names = labels(view)
+    full = labels(view)
+    short, caption = short_names(full)  # a configuration difference: numbered here, spelled out in the caption
+    names = full.map(short)
     fig, ax = plt.subplots(figsize=(7.6, 4.2), constrained_layout=True)
     _draw(ax, view, metric, names, _colours(sorted(set(names))))
+    _caption(fig, caption)
     ax.set_xlabel("evaluation length (tokens)")
     ax.set_ylabel(LABELS.get(metric, metric))
     ax.set_title(f"{title or task}: {LABELS.get(metric, metric)} ({_seeds(view)})", fontsize=10)
@@ -226,7 +344,9 @@ def plot_panels(
     value of ``line`` (the same colour and style in every panel; legend in ``order``, else sorted), a shared
     y axis; writes ``<stem>.png`` and ``.svg``."""
     plt = pyplot()
-    view = view.assign(panel=panel, line=line)
+    short, caption = short_names([*panel, *line])
+    view = view.assign(panel=panel.map(short), line=line.map(short))
+    order = [short.get(n, n) for n in order or []]
     panels = list(view.groupby("panel", sort=True))
     present = set(view["line"])
     names = [n for n in order or [] if n in present] + sorted(present - set(order or []))
@@ -240,7 +360,7 @@ def plot_panels(
         _draw(ax, part, metric, part["line"], colours, styles)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("evaluation length (tokens)", fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.tick_params(which="both", labelsize=7)  # a log y axis labels minor ticks too (perplexity)
     for ax in axes[:, 0]:
         ax.set_ylabel(LABELS.get(metric, metric), fontsize=8)
     for ax in list(axes.flat)[len(panels):]:
@@ -248,6 +368,7 @@ def plot_panels(
     handles = [plt.Line2D([], [], color=colours[n], linestyle=styles[n], marker="o", markersize=3) for n in names]
     fig.legend(handles, names, fontsize=8, loc="outside right upper", frameon=False)
     fig.suptitle(f"{title}: {LABELS.get(metric, metric)}\n({_seeds(view)})", fontsize=10)
+    _caption(fig, caption)
     paths = save_figure(fig, out_dir, stem)
     plt.close(fig)
     return paths
@@ -311,6 +432,8 @@ def plot_steps(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     per run with ``task``, ``label``, ``steps_to_learn``, ``learned`` and ``budget`` (where a seed that
     did not learn is drawn; its right edge when unknown). Writes ``steps_to_learn.png/.svg``."""
     plt = pyplot()
+    short, caption = short_names(runs["label"])
+    runs = runs.assign(label=runs["label"].map(short))
     tasks = sorted(runs["task"].unique())
     height = max(2.4, 0.28 * runs.groupby("task")["label"].nunique().max() + 1.2)
     fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks) + 1.4, height), squeeze=False,
@@ -337,6 +460,7 @@ def plot_steps(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.grid(alpha=0.3, axis="x")
     fig.suptitle("steps until held-out exact match reached the target (one dot per seed, a row's seeds spread "
                  "vertically)", fontsize=10)
+    _caption(fig, caption)
     paths = save_figure(fig, out_dir, "steps_to_learn")
     plt.close(fig)
     return paths
@@ -368,6 +492,8 @@ def plot_positions(positions: pd.DataFrame, task: str, length: int, out_dir: Pat
 
     plt = pyplot()
     view = positions[(positions["task"] == task) & (positions["eval_length"] == length)]
+    short, caption = short_names(view["label"])
+    view = view.assign(label=view["label"].map(short))
     pooled = view.groupby(["label", "position"], sort=True)[["correct", "total"]].sum().reset_index()
     names = sorted(pooled["label"].unique())
     colours = _colours(names)
@@ -394,6 +520,7 @@ def plot_positions(positions: pd.DataFrame, task: str, length: int, out_dir: Pat
                  "interval of the pooled answer tokens)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    _caption(fig, caption)
     paths = save_figure(fig, out_dir, f"{task}_accuracy_by_position")
     plt.close(fig)
     return paths
