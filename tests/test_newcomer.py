@@ -201,3 +201,19 @@ def test_a_run_refused_before_logging_leaves_no_log_file(tmp_path, monkeypatch):
         result = runner.invoke(app, ["train", *TINY, "hydra.run.dir=run"])
         assert result.exit_code == 2 and "being written by another posenc train" in result.stderr, result.output
         assert not (tmp_path / "run" / LOG_FILE).exists()
+
+
+def test_the_main_job_runs_without_any_tracking_backend(tmp_path, monkeypatch):
+    """README's first command installs no tracker (wandb, mlflow, tensorboard are the `tracking` extra's):
+    training and evaluating with the default logger never imports one."""
+    import sys
+
+    from conftest import TINY
+
+    for name in ("wandb", "mlflow", "tensorboard", "torch.utils.tensorboard"):
+        monkeypatch.setitem(sys.modules, name, None)  # importing it now raises ImportError
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["train", *TINY, "hydra.run.dir=run"])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["extrapolate", "--runs", "run", "--lengths", "16", "--sequences", "4", "--out", "t"])
+    assert result.exit_code == 0, result.output
