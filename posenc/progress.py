@@ -30,11 +30,16 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
+def _count(value: float) -> str:
+    """A count as written: whole numbers in full (``1000000``, never ``1e+06``)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def fraction(done: float, total: float | None) -> str:
     """``150/2000 (8%)``; ``150`` alone without a total."""
     if not total:
-        return f"{done:g}"
-    return f"{done:g}/{total:g} ({100 * done / total:.0f}%)"
+        return _count(done)
+    return f"{_count(done)}/{_count(total)} ({100 * done / total:.0f}%)"
 
 
 def timing(elapsed: float | None, speed: float | None, left: float | None) -> str:

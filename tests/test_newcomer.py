@@ -138,6 +138,7 @@ def test_progress_lines_off_a_terminal_carry_total_share_elapsed_and_eta(monkeyp
     assert lines == ["evaluate 1/4 (25%) rope/copy @ 64, 10 s elapsed, ETA 30 s",
                      "evaluate 2/4 (50%) rope/copy @ 128, 20 s elapsed, ETA 20 s"], lines
     assert posenc.progress.duration(3725) == "1 h 02 min" and posenc.progress.duration(185) == "3 min 05 s"
+    assert posenc.progress.fraction(150, 1_000_000) == "150/1000000 (0%)"  # a long budget in full, not 1e+06
 
 
 def test_training_off_a_terminal_logs_step_of_total_eta_and_the_sample_sizes(tmp_path, monkeypatch):
