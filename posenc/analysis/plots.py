@@ -182,24 +182,27 @@ def _seeds(view: pd.DataFrame) -> str:
 
 
 VARIANT = re.compile(r"(?P<name>.*?) \[(?P<variant>.*)\](?P<rest>.*)")  # compare.labels: "name [variant] +scaling"
+SHORT_NAME = 32  # characters: a label with its configuration difference up to this long stays in the legend
 
 
 def short_names(names) -> tuple[dict[str, str], str]:
     """Legend names for the labels ``names`` (:func:`posenc.analysis.compare.labels`) and the caption that
-    goes with them: a configuration difference ("nope [task.min_length=32,train.lr=0.003]") would take the
-    figure's width from its plot, so each becomes a number ("nope #1", the same number wherever that
-    configuration appears), and the caption names the differences ("nope #1: task.min_length=32,..."; ""
-    where there are none). The tables keep the full labels."""
+    goes with them. A configuration difference that makes a label longer than :data:`SHORT_NAME` ("nope
+    [task.min_length=32,train.lr=0.003]") would take the figure's width from its plot: the configurations of
+    that name then become numbers ("nope #1", the same number wherever one appears) and the caption spells
+    them out ("configurations: nope #1: task.min_length=32,..."; "" where nothing is numbered). Short ones
+    ("t5 [encoder.max_distance=128]") are kept whole; the tables keep every label whole."""
+    found = {full: VARIANT.fullmatch(full) for full in sorted(set(names))}
+    long = {m["name"] for m in found.values() if m and len(f"{m['name']} [{m['variant']}]") > SHORT_NAME}
     mapping: dict[str, str] = {}
     numbers: dict[tuple[str, str], int] = {}
-    for full in sorted(set(names)):
-        found = VARIANT.fullmatch(full)
-        if found is None:
+    for full, match in found.items():
+        if match is None or match["name"] not in long:
             mapping[full] = full
             continue
-        key = (found["name"], found["variant"])
+        key = (match["name"], match["variant"])
         numbers.setdefault(key, sum(name == key[0] for name, _ in numbers) + 1)
-        mapping[full] = f"{found['name']} #{numbers[key]}{found['rest']}"
+        mapping[full] = f"{match['name']} #{numbers[key]}{match['rest']}"
     caption = "; ".join(f"{name} #{n}: {variant}" for (name, variant), n in numbers.items())
     return mapping, f"configurations: {caption}" if caption else ""
 

@@ -27,7 +27,7 @@ from posenc.analysis.store import Results, run_identity
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 COMMITTED = sorted(p.parent for p in RESULTS.glob("*/comparison.parquet"))
-LONGEST_NAME = 32  # characters: a legend entry longer than this takes the figure's width from its plot
+LONGEST_NAME = plots.SHORT_NAME + len(" (not converged)")  # characters: a label and its mark, at most
 PLOT_SHARE = 0.5  # of the figure's width, at least, for the axes of a one-panel figure
 
 
@@ -183,22 +183,28 @@ def test_report_figures_name_configurations_shortly_and_fit(drawn, tmp_path):
         if len(fig.axes) == 1:
             assert fig.axes[0].bbox.width >= PLOT_SHARE * fig.bbox.width, f"{stem}: the legend squeezed the plot"
     caption = stems["retrieval_exact_match"]._supxlabel.get_text().replace("\n", " ")
-    assert caption == ("configurations: base_conv #1: train.lr=0.001; base_conv #2: train.lr=0.003; rope #1: "
-                       "train.check_every=100,train.steps=3000,train.target_exact_match=0.95; rope #2: "
-                       "train.check_every=None,train.steps=300,train.target_exact_match=None")
+    assert caption == ("configurations: rope #1: train.check_every=100,train.steps=3000,train.target_exact_match="
+                       "0.95; rope #2: train.check_every=None,train.steps=300,train.target_exact_match=None")
     names = [t.get_text() for t in stems["retrieval_exact_match"].axes[0].get_legend().get_texts()]
-    assert sorted(names) == ["base_conv #1", "base_conv #2", "nope", "rope #1", "rope #2"]
+    assert sorted(names) == ["base_conv [train.lr=0.001]", "base_conv [train.lr=0.003]", "nope", "rope #1",
+                             "rope #2"]  # a short difference is kept whole
     rows = [t.get_text() for t in stems["steps_to_learn"].axes[0].get_yticklabels()]
     assert sorted(rows) == sorted(names)
 
 
-def test_short_names_number_each_configuration_once():
-    names = ["nope [a=1,b=2]", "nope [a=1,b=2] +yarn", "nope [a=2,b=2]", "rope", "rope +yarn @depth 0.5"]
+def test_short_names_number_each_long_configuration_once():
+    """A name whose configurations make long labels is numbered (all of its configurations, so that they read
+    alike; the same number with or without a scaling method); a short difference stays whole."""
+    one, two = "task.min_length=32,train.lr=0.003", "task.min_length=None,train.lr=0.001"
+    names = [f"nope [{one}]", f"nope [{one}] +yarn", f"nope [{two}]", "nope [x=1]", "rope", "rope +yarn @depth 0.5",
+             "t5 [encoder.max_distance=128]", "t5 [encoder.max_distance=None]"]
     short, caption = plots.short_names(names)
-    assert short == {"nope [a=1,b=2]": "nope #1", "nope [a=1,b=2] +yarn": "nope #1 +yarn",
-                     "nope [a=2,b=2]": "nope #2", "rope": "rope", "rope +yarn @depth 0.5": "rope +yarn @depth 0.5"}
-    assert caption == "configurations: nope #1: a=1,b=2; nope #2: a=2,b=2"
-    assert plots.short_names(["rope", "alibi"])[1] == ""
+    assert short == {f"nope [{one}]": "nope #1", f"nope [{one}] +yarn": "nope #1 +yarn", f"nope [{two}]": "nope #2",
+                     "nope [x=1]": "nope #3", "rope": "rope", "rope +yarn @depth 0.5": "rope +yarn @depth 0.5",
+                     "t5 [encoder.max_distance=128]": "t5 [encoder.max_distance=128]",
+                     "t5 [encoder.max_distance=None]": "t5 [encoder.max_distance=None]"}
+    assert caption == f"configurations: nope #1: {one}; nope #2: {two}; nope #3: x=1"
+    assert plots.short_names(["rope", "alibi", "t5 [encoder.max_distance=128]"])[1] == ""
 
 
 def _comparison(lengths: list[int], encoders: list[str]) -> pd.DataFrame:
