@@ -110,11 +110,11 @@ def backend_attention(kind: str) -> Callable:
 def flex_arithmetic(layer, x, q0, k0, v, dtype: torch.dtype, *, bias_sign: float = 1.0) -> torch.Tensor:
     """FlexAttention's arithmetic, on any device, for an encoder with a ``score_mod``: operands in ``dtype``,
     ``q.k`` summed in fp32 (the product of two bf16 values is exact in fp32), the ``score_mod`` applied to
-    the fp32 score over the whole ``[s, s]`` grid (its captured tensors made under the caller's autocast, as in
-    the GPU's training step: FIRE's folded slope comes from a bf16 matmul), softmax in fp32, the probabilities
-    rounded to ``dtype`` for ``P v`` summed in fp32, normalised, then rounded to ``dtype`` (the Triton
-    template's order). Every posenc ``score_mod`` returns ``score + bias``; ``bias_sign=-1`` plants a wrong
-    sign."""
+    the fp32 score over the whole ``[s, s]`` grid (its captured tensors made under the caller's autocast, as
+    in the GPU's training step: FIRE's folded slope comes from a bf16 matmul), softmax in fp32, the
+    probabilities rounded to ``dtype`` for ``P v`` summed in fp32, normalised, then rounded to ``dtype`` (the
+    Triton template's order). Every posenc ``score_mod`` returns ``score + bias``; ``bias_sign=-1`` plants a
+    wrong sign."""
     seq = q0.shape[-2]
     positions = torch.arange(seq, device=q0.device)
     q, k, _ = _hooks(layer, x, q0, k0, positions)
@@ -122,8 +122,8 @@ def flex_arithmetic(layer, x, q0, k0, v, dtype: torch.dtype, *, bias_sign: float
     acc = torch.promote_types(dtype, torch.float32)
     with torch.autocast(q.device.type, enabled=False):
         scores = (q.to(dtype).to(acc) @ k.to(dtype).to(acc).transpose(-1, -2)) * q.shape[-1] ** -0.5
-        grid = torch.arange(layer.shape.n_heads, device=q.device)[:, None, None], positions[:, None], positions
-        bias = score_mod(torch.zeros_like(scores), 0, *grid)
+        heads = torch.arange(layer.shape.n_heads, device=q.device)[:, None, None]
+        bias = score_mod(torch.zeros_like(scores), 0, heads, positions[:, None], positions)
         scores = (scores + bias_sign * bias).masked_fill(_future(seq, q.device), float("-inf"))
         probs = (scores - scores.amax(-1, keepdim=True)).exp()
         out = (probs.to(dtype).to(acc) @ v.to(dtype).to(acc)) / probs.sum(-1, keepdim=True)
@@ -176,7 +176,8 @@ def allowed_error(formula_error: float, reference: torch.Tensor, seq: int) -> fl
     rounding of each folded term, ``u_bf16 (|slope_h| + |w2 . b1|)``, plus fp32 roundings; the formula
     rounds q, k, the probabilities, the output and the whole bias to bf16, each of which moves an output by
     up to ``u_bf16`` times ``max|v|``. So the kernel's bias adds less than one of the formula's roundings and
-    the bound needs no term for it; :func:`flex_arithmetic` checks that on CPU, and that a wrong sign fails."""
+    the bound needs no term for it; :func:`flex_arithmetic` checks that on CPU, and that a wrong sign
+    fails."""
     u32 = torch.finfo(torch.float32).eps / 2
     return FACTOR * formula_error + 8 * u32 * math.sqrt(seq) * float(reference.abs().max())
 
@@ -370,7 +371,7 @@ def test_flexattention_arithmetic_of_fires_training_case_is_within_the_bf16_tole
     results = attention_results("fire", "cpu", torch.bfloat16, True, seq, paths=paths)
     assert_attention_matches(results, seq)
     rows = attention_errors(results, seq, "bias sign")
-    assert any(error > allowed for _, error, allowed in rows), f"a wrong bias sign passed the tolerance: {rows}"
+    assert any(error > allowed for _, error, allowed in rows), f"a wrong bias sign passed: {rows}"
 
 
 def _flex_backward_refusal(score_mod: Callable) -> str | None:
@@ -408,9 +409,9 @@ def _flex_backward_refusal(score_mod: Callable) -> str | None:
 @pytest.mark.parametrize("name", [
     "alibi", "t5", "kerple",
     pytest.param("fire", marks=pytest.mark.xfail(strict=True, reason=(
-        "issue 42, the H200's fire-bf16-train-1100: FIRE's score_mod indexes w1, b1 and w2 once per unrolled "
-        "hidden unit, and FlexAttention's backward takes one index of a tensor that requires grad (posenc/"
-        "encoders/learned_bias.py to mend: one captured tensor per unit; then this passes and the mark goes)"))),
+        "issue 42, the H200's fire-bf16-train-1100: FIRE's score_mod indexes w1, b1 and w2 once per "
+        "unrolled hidden unit, and FlexAttention's backward takes one index of a tensor that requires grad "
+        "(posenc/encoders/learned_bias.py to mend: one captured tensor per unit; then the mark goes)"))),
 ])
 def test_flexattention_can_differentiate_each_score_mod_through_its_captured_tensors(name):
     """A training step past FLEX_MIN_LENGTH on a GPU differentiates the score_mod with respect to the learned
