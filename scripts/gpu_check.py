@@ -14,21 +14,26 @@ A session that is lent a GPU (the device tool's ``status``: ``can_start_another`
 On the device it installs posenc from the carried wheelhouse (no internet there; torch, transformers, pytest
 and the rest are already on the device) and a wheel of posenc built there from this working tree, then runs
 each step under its own time limit, so that one failure or hang cannot eat the call (``--budget`` seconds in
-all, 500 by default; a step that no longer fits is recorded as skipped):
+all, 500 by default). A step starts only with at least what it needs left of the budget (NEEDS); else it is
+skipped for budget, and machine.json and the summary say which. In this order, one at a time except unit:
 
-  setup         the install above, and an import check
-  machine       nvidia-smi, torch/CUDA/Triton versions, the GPU's name, memory and multiprocessors
-  gpu_tests     pytest -m gpu (tests/test_gpu_cuda.py and the other gpu-marked tests)     } at once: none
-  unit          the unit suite with CUDA visible (device=auto runs go to CUDA)            } of the three
-  train_resume  `posenc train` (the default run: rope on copy, CUDA's defaults: compile,  } is a timing
-                bf16 autocast, fused AdamW) killed with SIGKILL after its first checkpoint, then the same
-                command again: it must resume from that step and learn its task
-  throughput    training tokens/s of HF LlamaForCausalLM and posenc with every encoder at the same shape
-                (scripts/bench.py's model and step), eager (interleaved rounds), then compiled one at a time
+  setup         the install above, and an import check                                  (always runs)
+  machine       nvidia-smi, torch/CUDA/Triton versions, the GPU's name, memory and multiprocessors, the
+                CPU's model (always runs: the test steps read pytest's plugins from it)
+  gpu_tests     pytest -m gpu (tests/test_gpu_cuda.py and the other gpu-marked tests), 4 workers
+  unit          the unit suite with CUDA visible (device=auto runs go to CUDA): beside gpu_tests, at the
+                lowest CPU priority on the cores it leaves idle, stopped when it ends (so it costs no
+                time; what ran is reported); on its own when gpu_tests is not selected
+  train_resume  `posenc train` (the default run: rope on copy, CUDA's defaults: compile, bf16 autocast,
+                fused AdamW) killed with SIGKILL after its first checkpoint, then the same command again:
+                it must resume from that step and learn its task. Alone: beside the test steps it starved
+  forward       scripts/bench.py --sections forward at 131072, 32768 and 8192 tokens, the longest first (one
+                process each, so a failure at one length keeps the others; rope and nope first in each,
+                rows written as they are measured): time and peak CUDA memory per encoder
   mps           scripts/train_parallel.py: one run alone, then many at once, under CUDA MPS when the device
                 has it (nvidia-cuda-mps-control -d), else time-sliced (recorded); steps/s from the checkpoints
-  forward       scripts/bench.py --sections forward at 8192, 32768 and 131072 tokens (one process each, so a
-                failure at one length keeps the others): time and peak CUDA memory per encoder
+  throughput    training tokens/s of HF LlamaForCausalLM and posenc with every encoder at the same shape
+                (scripts/bench.py's model and step), eager (interleaved rounds), then compiled one at a time
 
 Everything is written to --out: summary.md, steps.csv, machine.json, train.csv, throughput.csv, mps.csv,
 forward.csv and logs.tar.gz (every log), at most 8 files, as the device tool returns. Timings from different
@@ -69,23 +74,38 @@ CARRY = [".gpu-wheels"]
 TIMEOUT_S = 570
 WHEELS = ".gpu-wheels"
 
-STEPS = ["setup", "machine", "gpu_tests", "unit", "train_resume", "throughput", "mps", "forward"]
-GROUPS = [["setup"], ["machine"], ["gpu_tests", "unit", "train_resume"], ["throughput"], ["mps"], ["forward"]]
-# Seconds each step may take at most (then the budget left decides), on the GPU and in the CPU dry run.
-CAPS = {"setup": 120, "machine": 40, "gpu_tests": 170, "unit": 170, "train_resume": 170, "throughput": 110,
-        "mps": 80, "forward": 130}
-# Caps, not expected times: the dry run takes about a minute in all on an idle 2-core CPU.
-DRY_CAPS = {"setup": 120, "machine": 120, "gpu_tests": 120, "unit": 120, "train_resume": 240,
-            "throughput": 120, "mps": 240, "forward": 120}
-FORWARD_LENGTHS = {8192: 35, 32768: 40, 131072: 55}  # and each length's own limit, within the step's
+STEPS = ["setup", "machine", "gpu_tests", "unit", "train_resume", "forward", "mps", "throughput"]
+# One group after another; the steps of a group at once. Only the two test steps share the machine (neither
+# is a timing, and unit runs at the lowest CPU priority): train_resume timed out beside them on the H200.
+GROUPS = [["setup"], ["machine"], ["gpu_tests", "unit"], ["train_resume"], ["forward"], ["mps"],
+          ["throughput"]]
+BACKGROUND = {"unit": "gpu_tests"}  # runs beside that step on the cores it leaves idle; stops when it ends
+ALWAYS = ["setup", "machine"]  # every machine starts bare, and the test steps need machine's facts
+# The first H200 call (results/gpu/) measured: setup 16 s, machine 6, gpu_tests 144 of its 145 tests in 170 s
+# alone on one worker (and 100 in 175 s on four beside unit and train_resume), train_resume 59 alone, forward
+# two lengths in part in 85, mps 64, throughput 32 of its 36 rows in 114. Seconds each step may run (LIMITS)
+# and the least it starts with (NEEDS): a complete run for the tests, train_resume and mps; rope at 131072 for
+# forward (its rows are written as they come); some rows for throughput (likewise).
+MEASURED = {"setup": 16, "machine": 6, "gpu_tests": 185, "train_resume": 59, "mps": 64}  # complete or a floor
+LIMITS = {"setup": 90, "machine": 30, "gpu_tests": 240, "unit": 240, "train_resume": 120, "forward": 150,
+          "mps": 90, "throughput": 150}
+NEEDS = {"setup": 20, "machine": 10, "gpu_tests": 200, "unit": 20, "train_resume": 80, "forward": 60,
+         "mps": 75, "throughput": 40}
+# Limits, not expected times: the dry run takes about a minute in all on an idle 2-core CPU.
+DRY_LIMITS = {"setup": 120, "machine": 120, "gpu_tests": 120, "unit": 120, "train_resume": 240,
+              "forward": 120, "mps": 240, "throughput": 120}
+DRY_NEEDS = dict.fromkeys(STEPS, 20)
+# Each length's own limit within the step's, the longest first: 131072 was never reached on the H200
+FORWARD_LENGTHS = {131072: 60, 32768: 45, 8192: 40}
 BUDGET = 500  # seconds for the whole check: about 8 minutes, with the machine's start well inside 15
 RESERVE = 15  # seconds kept for writing the results
-MIN_STEP = 20  # a step with less time than this left is skipped, not started
+MIN_STEP = 20  # a forward length with less time than this left is skipped, not started
 OUTPUTS = ["summary.md", "steps.csv", "machine.json", "train.csv", "throughput.csv", "mps.csv", "forward.csv",
            "logs.tar.gz"]
-# The dry run's tiny model and task (tests/conftest.py's TINY, without its step count).
+# The dry run's tiny model and task (tests/conftest.py's TINY, without its step count, and without a
+# task.min_length, which a fixed-length task does not use: posenc is to refuse an ignored setting, issue 38).
 TINY = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1", "model.d_mlp=32", "train.batch_size=4",
-        "train.eval_sequences=4", "task.length=16", "task.min_length=8", "task.variable_length=False"]
+        "train.eval_sequences=4", "task.length=16", "task.variable_length=False"]
 COMPILED_FIRST = ["llama", "rope"]  # compiled throughput: these first, then every other encoder in order
 NO_TRANSFORMERS = "transformers not installed (the reference; the bench extra)"
 
@@ -99,7 +119,11 @@ class Check:
         self.logs = self.work / "logs"
         self.wheels = (ROOT / args.wheels).resolve()
         self.selected = set(args.steps)
-        self.caps = dict(DRY_CAPS if self.dry else CAPS)
+        self.budget = args.budget
+        self.limits = dict(DRY_LIMITS if self.dry else LIMITS)
+        self.needs = dict(DRY_NEEDS if self.dry else NEEDS)
+        self.decided = {name: threading.Event() for name in STEPS}  # set once a step runs or is skipped
+        self.ended = {name: threading.Event() for name in STEPS}
         self.device = "cpu" if self.dry else "cuda"
         self.python = sys.executable
         self.start = time.monotonic()
@@ -132,20 +156,26 @@ class Check:
                 pass
 
     def run(self, command: list[str], seconds: float, log: str, cwd: Path | None = None,
-            env: dict | None = None) -> int | None:
+            env: dict | None = None, stop: threading.Event | None = None) -> int | None:
         """``command`` with its output in ``logs/<log>``, in a process group of its own; None if it ran past
-        ``seconds`` (then SIGINT to the group, so pytest still writes its report, and SIGKILL 15 s later)."""
+        ``seconds`` or ``stop`` was set (then SIGINT to the group, so pytest still writes its report, and
+        SIGKILL 15 s later)."""
+        until = time.monotonic() + max(1.0, seconds)
         with open(self.logs / log, "ab") as f:
             f.write(f"$ {shlex.join(command)}\n".encode())
             f.flush()
             proc = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, cwd=cwd or ROOT,
                                     env=env or self.env, start_new_session=True)
-            try:
-                return proc.wait(timeout=max(1.0, seconds))
-            except subprocess.TimeoutExpired:
-                _stop(proc)
-                f.write(f"\n[gpu_check] stopped after {seconds:.0f} s\n".encode())
-                return None
+            while True:
+                try:
+                    return proc.wait(timeout=max(0.01, min(0.5, until - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= until or (stop is not None and stop.is_set()):
+                        break
+            _stop(proc)
+            why = "its step's end" if stop is not None and stop.is_set() else f"{seconds:.0f} s"
+            f.write(f"\n[gpu_check] stopped after {why}\n".encode())
+            return None
 
     def shared_env(self) -> dict:
         """For the steps that run at once (tests, train_resume): two inductor compile workers a process, not
@@ -157,25 +187,52 @@ class Check:
         return [self.python, "-P", str(THIS), *args]
 
     # -- steps --
+    def beside(self, name: str) -> str | None:
+        """The step ``name`` runs beside (BACKGROUND), when that one is selected too; else None. Not in the
+        dry run: there the tiny gpu_tests could end before unit's one test and stop it (they still run at
+        once)."""
+        foreground = BACKGROUND.get(name)
+        return foreground if foreground in self.selected and not self.dry else None
+
+    def skip_reason(self, name: str, seconds: float) -> str | None:
+        """Why ``name`` does not start (None: it starts). A background step waits until its foreground step
+        has started or been skipped, and goes with it."""
+        foreground = self.beside(name)
+        if foreground:
+            self.decided[foreground].wait()
+        if name not in self.selected:
+            return "not selected (--steps)"
+        if name != "setup" and self.records.get("setup", {}).get("status") == "failed":
+            return "setup failed"
+        if foreground and self.records.get(foreground, {}).get("status") == "skipped":
+            return f"runs beside {foreground}, which did not run"
+        if not foreground and self.left() < self.needs[name]:
+            return f"skipped for budget: needs {self.needs[name]} s, {max(0, self.left()):.0f} s left"
+        return None
+
     def step(self, name: str) -> None:
         begun = time.monotonic()
-        seconds = min(self.caps[name], self.left())
-        if name not in self.selected:
-            status, note = "skipped", "not selected (--steps)"
-        elif name != "setup" and self.records.get("setup", {}).get("status") == "failed":
-            status, note = "skipped", "setup failed"
-        elif seconds < MIN_STEP:
-            status, note = "skipped", f"out of budget ({max(0, self.left()):.0f} s left)"
+        seconds = max(0.0, min(self.limits[name], self.left()))
+        why = self.skip_reason(name, seconds)
+        if why is not None:
+            status, note = "skipped", why
+            with self.lock:
+                self.records[name] = {"step": name, "status": status, "seconds": 0.0, "limit": round(seconds),
+                                      "need": self.needs[name], "note": note}
+            self.decided[name].set()
         else:
-            self.say(f"{name}: up to {seconds:.0f} s")
+            self.decided[name].set()
+            self.say(f"{name}: up to {seconds:.0f} s" + (f", beside {self.beside(name)}" if self.beside(name)
+                                                         else ""))
             try:
                 status, note = getattr(self, f"step_{name}")(seconds)
-            except Exception as err:  # a step's own bug must not lose the other steps' results
+            except Exception as err:  # noqa: BLE001  a step's own bug must not lose the other steps' results
                 status, note = "failed", f"{type(err).__name__}: {err}"
         record = {"step": name, "status": status, "seconds": round(time.monotonic() - begun, 1),
-                  "limit": round(seconds), "note": note}
+                  "limit": round(seconds), "need": self.needs[name], "note": note}
         with self.lock:
             self.records[name] = record
+        self.ended[name].set()
         self.say(f"{name}: {status} ({record['seconds']} s) {note}")
 
     def step_setup(self, seconds: float) -> tuple[str, str]:
@@ -235,7 +292,10 @@ class Check:
             return "failed", note + ": torch sees no CUDA device"
         return "ok", note
 
-    def _pytest(self, name: str, seconds: float, selection: list[str], workers: int) -> tuple[str, str]:
+    def _pytest(self, name: str, seconds: float, selection: list[str], workers: int,
+                beside: str | None = None) -> tuple[str, str]:
+        """pytest on ``selection``; ``beside``: a step this one runs beside, at the lowest CPU priority, and
+        stops when it ends ("partial" if tests were left: not a failure, what ran is counted)."""
         report = self.logs / f"{name}.xml"
         command = [self.python, "-P", "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
                    f"--junitxml={report}", *selection]
@@ -243,8 +303,14 @@ class Check:
             command += ["-n", str(workers)]
         if self.facts.get("pytest_timeout"):
             command += [f"--timeout={int(max(60, min(150, seconds - 20)))}"]
-        rc = self.run(command, seconds, f"{name}.log", env=self.shared_env())
+        if beside and shutil.which("nice"):
+            command = ["nice", "-n", "19", *command]
+        stop = self.ended[beside] if beside else None
+        rc = self.run(command, seconds, f"{name}.log", env=self.shared_env(), stop=stop)
         counts = junit_counts(report)
+        if rc is None and stop is not None and stop.is_set():
+            note = counts["text"] + f"; stopped when {beside} ended (it ran on the cores {beside} left idle)"
+            return ("failed" if counts["failed"] or counts["errors"] else "partial"), note
         note = counts["text"] + ("; stopped at its time limit" if rc is None else "")
         if counts["failed_names"]:
             note += "; failing: " + ", ".join(counts["failed_names"][:12])
@@ -255,13 +321,15 @@ class Check:
     def step_gpu_tests(self, seconds: float) -> tuple[str, str]:
         # on the CPU every gpu test skips: what the dry run checks is that they are collected and skip cleanly
         selection = ["-m", "gpu"] + (["tests/test_gpu_cuda.py", "tests/test_train.py"] if self.dry else [])
-        return self._pytest("gpu_tests", seconds, selection, workers=4)
+        return self._pytest("gpu_tests", seconds, selection, workers=2 if self.dry else 4)
 
     def step_unit(self, seconds: float) -> tuple[str, str]:
         selection = ["-m", "not slow and not gpu and not integration"]
         if self.dry:  # one quick test: the whole suite is the suite's own business on CPU
             selection += ["tests/test_checkpoint.py::test_rng_states_round_trip"]
-        return self._pytest("unit", seconds, selection, workers=8)
+        beside = self.beside("unit")
+        workers = 1 if self.dry else 4 if beside else 8  # dry: one test, no workers to start on a small CPU
+        return self._pytest("unit", seconds, selection, workers=workers, beside=beside)
 
     def step_train_resume(self, seconds: float) -> tuple[str, str]:
         until = time.monotonic() + seconds
@@ -303,7 +371,7 @@ class Check:
                "train_seconds": metrics.get("train_seconds", ""), "device": metrics.get("device", ""),
                "fused_adamw": final.get("fused", killed.get("fused")),
                "compile_and_bf16": "auto: on" if self.device == "cuda" else "auto: off (CPU)",
-               "note": "alongside the test steps: not a timing"}
+               "note": "alone on the machine (after the test steps)"}
         write_csv(self.work / "train.csv", [row])
         if rc is None:
             return "timeout", f"resumed={resumed}; stopped at its time limit before it finished"
@@ -375,7 +443,7 @@ class Check:
         finally:
             if daemon:
                 subprocess.run([shutil.which("nvidia-cuda-mps-control")], input="quit\n", text=True, env=env,
-                               timeout=20, capture_output=True)
+                               timeout=20, capture_output=True, check=False)
         if len(rows) == 2 and rows[0]["steps_per_s"]:
             rows[1]["vs_one_run"] = round(rows[1]["steps_per_s"] / rows[0]["steps_per_s"], 2)
         write_csv(self.work / "mps.csv", rows)
@@ -398,28 +466,48 @@ class Check:
             rc = self.run([self.python, "-P", str(ROOT / "scripts" / "bench.py"), "--device", self.device,
                            "--sections", "forward", "--lengths", str(length), "--out", str(folder), *extra],
                           allowed, f"forward_{length}.log")
-            got = read_csv(folder / "forward.csv")
-            if not got:  # stopped or failed: the rows its log shows (times; peaks only if a memory pass ran)
+            got = [r for r in read_csv(folder / "forward.csv") if str(r.get("length")) == str(length)]
+            if not got:  # killed before its first row was written: the rows its log shows
                 got = forward_rows_from_log((self.logs / f"forward_{length}.log").read_text(errors="replace"))
-                rc = rc if rc is not None else "timeout"
-                ended = rc if rc == "timeout" else f"exit {rc}"
-                notes.append(f"{length}: {ended}, {len(got)} rows from its log")
-            else:
-                notes.append(f"{length}: ok" if rc == 0 else f"{length}: exit {rc}")
             rows += got
+            notes.append(forward_note(length, rc, got))
         write_csv(self.work / "forward.csv", rows)
-        good = all(n.endswith(": ok") for n in notes)
+        good = all(": ok," in n for n in notes)
         return ("ok" if good else "failed"), "; ".join(notes)
 
+    def run_plan(self) -> None:
+        """Every group in turn, the steps of a group at once."""
+        for group in GROUPS:
+            threads = [threading.Thread(target=self.step, args=(name,)) for name in group]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+
     # -- results --
+    def plan(self, records: list[dict], seconds: float) -> dict:
+        """The check's plan as it ran, for machine.json: the budget, each step's group, limit, need, status
+        and seconds, and the steps skipped for budget (with what they needed and what was left)."""
+        group = {name: i for i, names in enumerate(GROUPS) for name in names}
+        steps = [{"step": r["step"], "group": group[r["step"]], "beside": self.beside(r["step"]),
+                  "limit_s": self.limits[r["step"]], "need_s": self.needs[r["step"]], "status": r["status"],
+                  "seconds": r["seconds"], "note": r["note"]} for r in records]
+        return {"dry_run": self.dry, "budget_s": self.budget, "reserve_s": RESERVE,
+                "seconds": round(seconds, 1), "steps": steps,
+                "skipped_for_budget": skipped_for_budget(records)}
+
     def finish(self) -> int:
         records = [self.records.get(name) or {"step": name, "status": "skipped", "seconds": 0, "limit": 0,
-                                              "note": "not reached"} for name in STEPS]
+                                              "need": self.needs[name], "note": "not reached"}
+                   for name in STEPS]
         write_csv(self.out / "steps.csv", records)
-        for name in ("machine.json", "train.csv", "throughput.csv", "mps.csv", "forward.csv"):
+        for name in ("train.csv", "throughput.csv", "mps.csv", "forward.csv"):
             if (self.work / name).is_file():
                 shutil.copyfile(self.work / name, self.out / name)
         seconds = time.monotonic() - self.start
+        facts = read_json(self.work / "machine.json")
+        (self.out / "machine.json").write_text(json.dumps({**facts, "check": self.plan(records, seconds)},
+                                                          indent=1) + "\n")
         (self.out / "summary.md").write_text(summary(records, self.work, self.dry, seconds))
         with tarfile.open(self.out / "logs.tar.gz", "w:gz") as tar:
             tar.add(self.logs, arcname="logs")
@@ -459,11 +547,23 @@ FORWARD_LINE = r"forward (\S+) @ (\d+): ([\d.]+) s \(first call ([\d.]+) s\)"
 MEMORY_LINE = r"memory (\S+) @ (\d+), pass \d+/\d+: peak ([\d.]+) MiB \(\+(-?[\d.]+)\)"
 
 
+FORWARD_FIRST = ["rope", "nope"]  # the references of every ratio: measured first, so a time limit keeps them
+
+
 def forward_order(python: str, env: dict) -> list[str]:
-    """Every encoder, those of FORWARD_LAST last (bench measures them in the order given)."""
+    """Every encoder, rope and nope first, those of FORWARD_LAST last (bench measures them in this order)."""
     names = subprocess.run([python, "-c", "from posenc.encoders import ENCODERS; print(*ENCODERS)"], env=env,
                            capture_output=True, text=True, timeout=120, check=True).stdout.split()
-    return [n for n in names if n not in FORWARD_LAST] + [n for n in FORWARD_LAST if n in names]
+    middle = [n for n in names if n not in FORWARD_FIRST + FORWARD_LAST]
+    return [n for n in FORWARD_FIRST if n in names] + middle + [n for n in FORWARD_LAST if n in names]
+
+
+def forward_note(length: int, rc: int | None, rows: list[dict]) -> str:
+    """One length's outcome: how bench ended, its rows, and the encoders that failed there (an OOM row is a
+    finding, not a failure of the check)."""
+    ended = "ok" if rc == 0 else "timeout" if rc is None else f"exit {rc}"
+    errors = [f"{r['encoder']} {r['error'].split(':')[0]}" for r in rows if r.get("error")]
+    return f"{length}: {ended}, {len(rows)} rows" + (f" (failed: {', '.join(errors)})" if errors else "")
 
 
 def forward_rows_from_log(text: str) -> list[dict]:
@@ -488,7 +588,7 @@ def checkpoint_facts(paths: list[Path], check: Check) -> list[dict]:
     if not paths:
         return []
     result = subprocess.run(check.child("checkpoint-facts", *map(str, paths)), env=check.env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=120, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"checkpoint-facts failed: {result.stderr.strip()[-300:]}")
     return json.loads(result.stdout)
@@ -531,6 +631,14 @@ def write_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def skipped_for_budget(records: list[dict]) -> list[str]:
+    return [r["step"] for r in records if r["note"].startswith("skipped for budget")]
+
+
 def read_csv(path: Path) -> list[dict]:
     if not path.is_file():
         return []
@@ -557,24 +665,27 @@ def _cell(value) -> str:
 
 
 def summary(records: list[dict], work: Path, dry: bool, seconds: float) -> str:
-    facts = json.loads((work / "machine.json").read_text()) if (work / "machine.json").is_file() else {}
+    facts = read_json(work / "machine.json")
     where = facts.get("device_name") or "no CUDA device"
     lines = ["# posenc GPU check\n",
              (f"Device: {where}; torch {facts.get('torch', '?')} (CUDA {facts.get('cuda') or '-'}), python "
-              f"{facts.get('python', '?')}; {facts.get('cpu_count', '?')} CPU cores. {seconds:.0f} s in "
-              "all.\n")]
+              f"{facts.get('python', '?')}; CPU {facts.get('cpu_model', '?')}, {facts.get('cpu_count', '?')} "
+              f"cores. {seconds:.0f} s in all.\n")]
     if dry:
         lines.append("**CPU dry run**: tiny sizes on a CPU, to show that every step runs. These numbers are "
                      "not figures; no GPU was used.\n")
     lines.append("Timings from different cards are never compared: every ratio below is taken within this "
                  "call.\n")
-    lines += ["## Steps\n", _markdown(records, ["step", "status", "seconds", "limit", "note"])]
+    lines += ["## Steps\n", _markdown(records, ["step", "status", "seconds", "limit", "need", "note"])]
+    short = skipped_for_budget(records)
+    lines.append(f"Skipped for budget: {', '.join(short) if short else 'none'} (machine.json: check).\n")
     sections = [("Default run killed and resumed (train.csv)", "train.csv", None),
                 ("Training throughput (throughput.csv; ratios within a mode)", "throughput.csv",
                  ["model", "mode", "tokens_per_s", "vs_llama", "vs_rope", "call_s", "error"]),
                 ("Many runs per GPU (mps.csv)", "mps.csv", None),
                 ("Forward pass, batch 1 (forward.csv)", "forward.csv",
-                 ["encoder", "length", "seconds", "first_s", "peak_mib", "time_vs_rope", "peak_vs_rope"])]
+                 ["encoder", "length", "seconds", "first_s", "peak_mib", "time_vs_rope", "peak_vs_rope",
+                  "error"])]
     for title, name, columns in sections:
         rows = read_csv(work / name)
         lines += [f"## {title}\n", _markdown(rows, columns if rows and columns and
@@ -592,12 +703,13 @@ def facts_main(argv: list[str]) -> int:
     import importlib.util
     import platform
 
-    import hydra  # noqa: F401  (posenc's needs that the device lacks: carried in the wheelhouse)
+    # posenc's needs that the device lacks (carried in the wheelhouse), and conf/ inside the installed package
+    import hydra  # noqa: F401
     import omegaconf  # noqa: F401
+    import posenc.conf
     import torch
 
     import posenc
-    import posenc.conf  # noqa: F401  (inside the installed package: conf/ ships as posenc.conf)
 
     print(f"posenc from {Path(posenc.__file__).parent}; torch {torch.__version__}; "
           f"CUDA available: {torch.cuda.is_available()}")
@@ -610,8 +722,12 @@ def facts_main(argv: list[str]) -> int:
         except importlib.metadata.PackageNotFoundError:
             return None
 
+    try:  # the bench's reading of the CPU's model (issue 38), so that both name it alike
+        cpu = _load_script("bench").cpu_model()
+    except Exception:  # noqa: BLE001  a fact missing is not a failed machine step
+        cpu = platform.processor() or platform.machine()
     facts = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-             "cuda_available": torch.cuda.is_available(), "cpu_count": os.cpu_count(),
+             "cuda_available": torch.cuda.is_available(), "cpu_model": cpu, "cpu_count": os.cpu_count(),
              "triton": version("triton"), "transformers": version("transformers"),
              "pytest": version("pytest"),
              "xdist": importlib.util.find_spec("xdist") is not None,
@@ -699,7 +815,7 @@ def throughput_main(argv: list[str]) -> int:
                                                compiled=mode == "compiled", fused=fused)
             row["rates"].append(rate)
             print(f"{name} {mode}: {rate:,.0f} tokens/s", flush=True)
-        except Exception as err:  # one model's failure (a compile error) is a row, not the end
+        except Exception as err:  # noqa: BLE001  one model's failure (a compile error) is a row, not the end
             first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
             row["error"] = f"{type(err).__name__}: {first_line}"
             print(f"{name} {mode}: {row['error']}", flush=True)
@@ -710,7 +826,7 @@ def throughput_main(argv: list[str]) -> int:
     for name in names:
         try:
             models[name] = build(name)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001  likewise when it is built
             rows[(name, "eager")] = {"model": name, "mode": "eager", "error": f"{type(err).__name__}: {err}"}
     for _ in range(args.rounds):
         for name, model in models.items():
@@ -762,7 +878,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=float(os.environ.get("GPU_CHECK_BUDGET", BUDGET)),
                         help=f"seconds for the whole check (default {BUDGET})")
     parser.add_argument("--steps", default=os.environ.get("GPU_CHECK_STEPS", ",".join(STEPS)),
-                        help="comma-separated steps to run (setup always runs on the device)")
+                        help="comma-separated steps to run (setup and machine always run)")
     parser.add_argument("--wheels", default=WHEELS, help="the carried wheelhouse, relative to the repository")
     parser.add_argument("--work", help="scratch folder (default: a new temporary one)")
     args = parser.parse_args(argv)
@@ -772,18 +888,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.steps) - set(STEPS)
     if unknown:
         parser.error(f"unknown steps {sorted(unknown)}; the steps are {', '.join(STEPS)}")
-    args.steps.append("setup")  # nothing runs without it
+    args.steps += ALWAYS  # nothing runs without them
     check = Check(args)
     chosen = ", ".join(s for s in STEPS if s in args.steps)
     check.say(f"{'CPU dry run' if check.dry else 'GPU check'}: steps {chosen}; budget {args.budget:.0f} s; "
               f"work in {check.work}; results to {check.out}")
     try:
-        for group in GROUPS:
-            threads = [threading.Thread(target=check.step, args=(name,)) for name in group]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+        check.run_plan()
     finally:
         code = check.finish()
     return code

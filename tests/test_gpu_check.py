@@ -4,13 +4,18 @@ still covers posenc's dependencies."""
 
 from __future__ import annotations
 
+import argparse
 import csv
+import json
 import re
 import subprocess
 import sys
+import tarfile
+import threading
 import time
 from pathlib import Path
 
+import pytest
 from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,12 +29,13 @@ def _rows(path: Path) -> list[dict]:
 
 def test_the_cpu_dry_run_runs_every_step_a_cpu_can(tmp_path):
     """About a minute on an idle 2-core CPU: setup (this environment), the machine's facts, the gpu tests (all
-    skipping), one unit test, a tiny run killed with SIGKILL and resumed, eager throughput, train_parallel
-    without MPS, the forward bench; then at most 8 files, as the device tool returns them."""
+    skipping) with one unit test beside them, a tiny run killed with SIGKILL and resumed, the forward bench,
+    train_parallel without MPS (its throughput recorded), eager throughput; then at most 8 files, as the
+    device tool returns them, machine.json with the plan as it ran."""
     out, work = tmp_path / "out", tmp_path / "work"
     begun = time.monotonic()
     result = subprocess.run([sys.executable, "scripts/gpu_check.py", "--dry-run", "--out", str(out), "--work",
-                             str(work)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+                             str(work)], cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     seconds = time.monotonic() - begun
     steps_table = (out / "steps.csv").read_text() if (out / "steps.csv").is_file() else "(no steps.csv)"
     assert result.returncode == 0, steps_table + result.stdout[-2000:] + result.stderr[-2000:]
@@ -45,10 +51,18 @@ def test_the_cpu_dry_run_runs_every_step_a_cpu_can(tmp_path):
     train = _rows(out / "train.csv")[0]
     assert int(train["killed_at_step"]) > 0 and train["resumed_from_step"] == train["killed_at_step"]
     assert {r["model"] for r in _rows(out / "throughput.csv") if r["tokens_per_s"]} == {"rope", "alibi"}
-    assert {r["encoder"] for r in _rows(out / "forward.csv")} == {"rope", "nope", "alibi"}
+    forward = _rows(out / "forward.csv")
+    assert sorted(r["encoder"] for r in forward) == ["alibi", "nope", "rope"]
+    assert not any(r["error"] for r in forward)
     assert [r["jobs"] for r in _rows(out / "mps.csv")] == ["1", "2"]
+    plan = json.loads((out / "machine.json").read_text())["check"]
+    assert [s["step"] for s in plan["steps"]] == gpu_check.STEPS and plan["skipped_for_budget"] == []
+    assert plan["dry_run"] and plan["budget_s"] == gpu_check.BUDGET
+    with tarfile.open(out / "logs.tar.gz") as tar:  # train_parallel's own throughput record, per setting
+        names = tar.getnames()
+    assert {"logs/parallel_1/throughput.json", "logs/parallel_2/throughput.json"} <= set(names)
     summary = (out / "summary.md").read_text()
-    assert "CPU dry run" in summary and "not figures" in summary
+    assert "CPU dry run" in summary and "not figures" in summary and "Skipped for budget: none" in summary
     print(f"dry run: {seconds:.0f} s")
 
 
@@ -67,11 +81,91 @@ def test_the_device_call_is_the_one_the_docs_give():
     assert f"{gpu_check.WHEELS}/" in (ROOT / ".gitignore").read_text().splitlines()
 
 
-def test_every_step_has_a_place_and_a_limit():
-    assert sorted(s for group in gpu_check.GROUPS for s in group) == sorted(gpu_check.STEPS)
-    assert set(gpu_check.CAPS) == set(gpu_check.DRY_CAPS) == set(gpu_check.STEPS)
+def test_every_step_has_a_place_a_limit_and_what_the_h200_measured():
+    """Each step is in one group, in STEPS' order; only the test steps share one. Each limit gives a step what
+    the first H200 call measured, with a fifth more; what a step needs to start is within its limit; and
+    with the tests and train_resume at their full limits, forward still gets what it needs (rope at 131072,
+    the longest length first)."""
+    assert [s for group in gpu_check.GROUPS for s in group] == gpu_check.STEPS
+    assert [g for g in gpu_check.GROUPS if len(g) > 1] == [["gpu_tests", "unit"]]
+    assert gpu_check.BACKGROUND == {"unit": "gpu_tests"} and gpu_check.ALWAYS == ["setup", "machine"]
+    for plan in (gpu_check.LIMITS, gpu_check.NEEDS, gpu_check.DRY_LIMITS, gpu_check.DRY_NEEDS):
+        assert list(plan) == gpu_check.STEPS
+    assert all(gpu_check.LIMITS[s] >= 1.2 * seconds for s, seconds in gpu_check.MEASURED.items())
+    assert all(gpu_check.NEEDS[s] <= gpu_check.LIMITS[s] for s in gpu_check.STEPS)
+    before_forward = sum(gpu_check.MEASURED[s] for s in ("setup", "machine")) + sum(
+        gpu_check.LIMITS[s] for s in ("gpu_tests", "train_resume"))
+    assert before_forward + gpu_check.NEEDS["forward"] <= gpu_check.BUDGET - gpu_check.RESERVE
+    assert list(gpu_check.FORWARD_LENGTHS) == [131072, 32768, 8192]
+    assert sum(gpu_check.FORWARD_LENGTHS.values()) <= gpu_check.LIMITS["forward"]
     assert len(gpu_check.OUTPUTS) <= 8  # the device tool returns at most 8 files
-    assert set(gpu_check.FORWARD_LENGTHS) == {8192, 32768, 131072}
+
+
+def _fake_plan(tmp_path, monkeypatch, takes: dict[str, float], budget: float, steps=None):
+    """The check's plan run on a fake clock, each step taking ``takes[name]`` seconds (at most its limit);
+    unit, beside gpu_tests, takes none of its own and ends with it. Returns machine.json's ``check``."""
+    clock = [0.0]
+    monkeypatch.setattr(gpu_check.time, "monotonic", lambda: clock[0])
+
+    def fake(name):
+        def step(self, seconds):
+            if self.beside(name):
+                self.ended[self.beside(name)].wait(10)
+                return "partial", "stopped when gpu_tests ended"
+            clock[0] += min(takes[name], seconds)
+            return "ok", f"took {min(takes[name], seconds):.0f} s"
+        return step
+
+    for name in gpu_check.STEPS:
+        monkeypatch.setattr(gpu_check.Check, f"step_{name}", fake(name))
+    args = argparse.Namespace(dry_run=False, out=str(tmp_path / "out"), work=str(tmp_path / "work"),
+                              wheels=gpu_check.WHEELS, steps=(steps or gpu_check.STEPS) + gpu_check.ALWAYS,
+                              budget=budget)
+    check = gpu_check.Check(args)
+    check.run_plan()
+    assert check.finish() == 0
+    return json.loads((tmp_path / "out" / "machine.json").read_text())["check"]
+
+
+def test_a_step_starts_only_with_what_it_needs_and_machine_json_names_those_skipped(tmp_path, monkeypatch):
+    """The tests and train_resume at their full limits: forward gets the rest (its need is met), mps and
+    throughput are skipped for budget, and machine.json and the summary say so."""
+    takes = {"setup": 16, "machine": 6, "gpu_tests": 240, "unit": 0, "train_resume": 120, "forward": 150,
+             "mps": 64, "throughput": 114}
+    plan = _fake_plan(tmp_path, monkeypatch, takes, gpu_check.BUDGET)
+    status = {s["step"]: s["status"] for s in plan["steps"]}
+    assert status == {"setup": "ok", "machine": "ok", "gpu_tests": "ok", "unit": "partial",
+                      "train_resume": "ok", "forward": "ok", "mps": "skipped", "throughput": "skipped"}
+    assert plan["skipped_for_budget"] == ["mps", "throughput"]
+    forward = next(s for s in plan["steps"] if s["step"] == "forward")
+    assert forward["seconds"] == gpu_check.BUDGET - gpu_check.RESERVE - 382 >= gpu_check.NEEDS["forward"]
+    steps = {row["step"]: row for row in _rows(tmp_path / "out" / "steps.csv")}
+    assert steps["mps"]["note"] == f"skipped for budget: needs {gpu_check.NEEDS['mps']} s, 0 s left"
+    assert "Skipped for budget: mps, throughput" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_unit_runs_alone_when_gpu_tests_is_not_selected_and_skips_when_it_does_not_run(tmp_path, monkeypatch):
+    takes = dict.fromkeys(gpu_check.STEPS, 1.0)
+    plan = _fake_plan(tmp_path / "a", monkeypatch, takes, 300, steps=["unit"])
+    unit = next(s for s in plan["steps"] if s["step"] == "unit")
+    assert (unit["status"], unit["beside"], unit["seconds"]) == ("ok", None, 1.0)
+    plan = _fake_plan(tmp_path / "b", monkeypatch, takes, 150, steps=["gpu_tests", "unit"])  # 200 s needed
+    notes = {s["step"]: s["note"] for s in plan["steps"]}
+    assert notes["gpu_tests"].startswith("skipped for budget") and plan["skipped_for_budget"] == ["gpu_tests"]
+    assert notes["unit"] == "runs beside gpu_tests, which did not run"
+
+
+@pytest.mark.integration  # it starts a process
+def test_a_background_step_stops_when_the_step_it_runs_beside_ends(tmp_path):
+    args = argparse.Namespace(dry_run=True, out=str(tmp_path / "out"), work=str(tmp_path / "work"),
+                              wheels=gpu_check.WHEELS, steps=gpu_check.STEPS, budget=60)
+    check, ended = gpu_check.Check(args), threading.Event()
+    threading.Timer(0.5, ended.set).start()
+    begun = time.monotonic()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
+    assert check.run(sleeper, 30, "sleep.log", stop=ended) is None
+    assert time.monotonic() - begun < 15  # SIGINT ends it at once
+    assert "stopped after its step's end" in (check.logs / "sleep.log").read_text()
 
 
 def test_junit_counts_reads_a_report_and_survives_a_missing_one(tmp_path):
@@ -93,7 +187,7 @@ def test_the_wheelhouse_covers_posencs_dependencies():
     fetched; what it has (torch, numpy, pandas, ...) is not; setuptools comes for building posenc there. The
     script fails if a dependency is neither on the device nor installed here."""
     result = subprocess.run(["bash", "scripts/gpu_wheelhouse.sh", "--list"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
+                            text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     plan = [line.split() for line in result.stdout.splitlines()]
     fetched = {spec.split("==")[0] for kind, spec in plan if kind == "run"}
@@ -115,3 +209,11 @@ def test_a_stopped_forward_bench_keeps_the_rows_its_log_shows():
     assert set(rows) == {"rope", "alibi"} and rows["alibi"]["seconds"] == "0.733"
     assert (rows["rope"]["peak_mib"], rows["rope"]["rise_mib"]) == (2000.0, 1800.0)
     assert rows["alibi"]["peak_mib"] == ""
+
+
+def test_a_forward_length_notes_how_bench_ended_and_which_encoders_failed_there():
+    """A row bench recorded as failed (out of memory at 131072) is a finding in the note, not a failed step."""
+    rows = [{"encoder": "rope", "error": ""}, {"encoder": "fox", "error": "OutOfMemoryError: CUDA out of memory"}]
+    assert gpu_check.forward_note(131072, 0, rows) == "131072: ok, 2 rows (failed: fox OutOfMemoryError)"
+    assert gpu_check.forward_note(32768, None, rows[:1]) == "32768: timeout, 1 rows"
+    assert gpu_check.forward_note(8192, 1, []) == "8192: exit 1, 0 rows"
