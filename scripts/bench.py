@@ -635,7 +635,8 @@ def machine(device: torch.device) -> str:
             f"python {platform.python_version()}")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line, checked (a bad value: one line and exit 2), with --quick's sizes applied."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--lengths", default="512,2048,8192,32768", help="forward lengths, batch 1")
@@ -677,6 +678,11 @@ def main() -> None:
         sys.exit(2)
     if args.quick:
         args.lengths, args.batch, args.length, args.steps, args.rounds = [256, 1024], 4, 32, 2, 2
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     device = torch.device(args.device)
     autocast = torch.bfloat16 if device.type == "cuda" else None
     start = time.perf_counter()
