@@ -65,6 +65,9 @@ class TrainConfig:
     target_exact_match: float = 0.99
     check_every: int = 100
     check_sequences: int = 512
+    # false: train the whole budget after the target is met (a fixed schedule, e.g. the Kazemnejad stopping-rule
+    # arm); steps-to-learn is still the first check that met it
+    stop_at_mastery: bool = True
     log_every: int = 50  # steps between progress/log updates
     checkpoint_every: int = 250  # steps between checkpoints (0: only at the end)
     # torch.compile the training step's model: "auto" = on CUDA only (on a 2-core CPU it is slower for this
@@ -148,6 +151,26 @@ def check_mixer(mixer: str, encoder: str) -> None:
     if mixer != DEFAULT_MIXER and encoder != "nope":
         raise ConfigError(f"model.mixer={mixer} takes encoder=nope (a convolution reads no positional "
                           f"encoding), got encoder={encoder}")
+
+
+def check_no_ignored_settings(cfg: RunConfig) -> None:
+    """Refuse, before training, a setting that the rest of the configuration would silently ignore (issue 38):
+    the user meant it to matter, and a run recorded with it would say it had an effect it never had. Checked
+    where a run is trained (posenc.precheck, posenc.hydra_entry), not where a recorded run is read."""
+    task, model, encoder = cfg.task, cfg.model, cfg.encoder.name
+    fixed = "" if task.variable_length else " (task.variable_length is false: every sequence has task.length tokens)"
+    if fixed and task.min_length is not None:
+        raise ConfigError(f"task.min_length={task.min_length} applies only with task.variable_length=true{fixed}")
+    if fixed and task.length_draw != "example":
+        raise ConfigError(f"task.length_draw={task.length_draw} applies only with task.variable_length=true{fixed}")
+    if model.attention == "auto":
+        return
+    if model.mixer != DEFAULT_MIXER:
+        raise ConfigError(f"model.attention={model.attention} has nothing to choose: model.mixer={model.mixer} "
+                          "does not attend")
+    if not ENCODERS[encoder].has_score_bias:  # FoX and CoPE attend through their own paths, rope through SDPA
+        raise ConfigError(f"model.attention={model.attention} chooses how a score bias is added, and "
+                          f"encoder={encoder} has none (leave it at auto)")
 
 
 def training_bytes(model: ModelConfig, batch_size: int, length: int) -> int:
@@ -252,6 +275,11 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"train.target_exact_match must be in (0, 1], got {train.target_exact_match}")
     if train.check_every < 0:
         raise ConfigError(f"train.check_every must be >= 0, got {train.check_every}")
+    if type(train.stop_at_mastery) is not bool:
+        raise ConfigError(f"train.stop_at_mastery must be true or false, got {train.stop_at_mastery!r}")
+    if not train.stop_at_mastery and not train.check_every:
+        raise ConfigError("train.stop_at_mastery=false needs checks to record steps-to-learn; "
+                          "train.check_every=0 makes none (with no checks the whole budget is trained anyway)")
     for key in ("steps", "batch_size", "eval_sequences", "log_every", "check_sequences"):
         _positive(f"train.{key}", getattr(train, key))
     if train.checkpoint_every < 0:

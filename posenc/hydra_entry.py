@@ -18,7 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from posenc.checkpoint import TrainingInterrupted
-from posenc.config import run_config_from_dict
+from posenc.config import check_no_ignored_settings, run_config_from_dict
 from posenc.errors import PosencError
 from posenc.plugins import provenance
 from posenc.progress import print_error
@@ -60,6 +60,7 @@ def hydra_main(cfg: DictConfig) -> float:
         if "BasicLauncher" not in launcher:
             config_dict["progress"] = False  # parallel or cluster jobs: no live bars
         run_cfg = run_config_from_dict(config_dict)
+        check_no_ignored_settings(run_cfg)
         plugins = provenance(run_cfg.encoder.name, run_cfg.task.name)
         if plugins:  # where a plugin's code came from: recorded, outside the run's identity
             config_dict["plugins"] = plugins

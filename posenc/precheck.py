@@ -17,7 +17,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from posenc.config import run_config_from_dict
+from posenc.config import check_no_ignored_settings, run_config_from_dict
 from posenc.encoders import ENCODERS
 from posenc.errors import ConfigError, PosencError
 from posenc.files import (CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE, OVERRIDES_FILE,
@@ -134,6 +134,7 @@ def precheck(args: list[str]) -> None:
                 cfg = compose(config_name="config", overrides=combination)
                 run_cfg = run_config_from_dict(OmegaConf.to_container(cfg, resolve=True))
                 run_cfg.check()  # the model itself is built once, by training
+                check_no_ignored_settings(run_cfg)
                 check_logger(run_cfg.logger)  # its package installed, its options known
                 if isinstance(run_cfg.resume, str):
                     check_resume_source(run_cfg.resume)

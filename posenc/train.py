@@ -130,7 +130,7 @@ def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: di
                                     loss=math.nan, acc=math.nan)  # fmt: skip
             step = first - 1
             for step in range(first, t.steps + 1):
-                if learned_at is not None:
+                if learned_at is not None and t.stop_at_mastery:
                     break  # resumed after the criterion was met: nothing left to train
                 batch, length = draw_batch(task, t.batch_size, lo, hi, cfg.task.length_draw, data)
                 batch = batch.to(device)
@@ -147,13 +147,15 @@ def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: di
                     raise _interrupted(stop.received, step, t.steps, run_dir)
                 if t.check_every and step % t.check_every == 0 and _check(cfg, model, task, check_at, step,
                                                                           checks, tracker):
-                    learned_at = step
-                    progress.update(bar, completed=t.steps)
-                    break
+                    learned_at = step if learned_at is None else learned_at  # steps-to-learn: the first
+                    if t.stop_at_mastery:
+                        progress.update(bar, completed=t.steps)
+                        break
                 if t.checkpoint_every and step % t.checkpoint_every == 0 and step < t.steps:
                     checkpoint(step)
         seconds = elapsed + time.perf_counter() - start
-        trained = learned_at if learned_at is not None else step  # a learned checkpoint resumed trains nothing
+        # a learned checkpoint resumed trains nothing (stopping at mastery), else the loop ran to `step`
+        trained = learned_at if learned_at is not None and t.stop_at_mastery else step
         metrics = _final_metrics(cfg, evaluate(model, task, cfg.task.length, t.eval_sequences), trained, seconds,
                                  device, n_params, learned_at, checks, (lo, hi), check_at)
         identity = run_identity(config_dict)  # metrics.json names its run: checked against the folder's others
@@ -418,7 +420,7 @@ def heldout_loss(model: torch.nn.Module, task, length: int, sequences: int) -> f
 
 def _finished(state: dict[str, Any], cfg: RunConfig) -> bool:
     """Whether a checkpoint's training is over: its budget spent, or the mastery criterion met."""
-    return state["step"] >= cfg.train.steps or state.get("learned_at") is not None
+    return state["step"] >= cfg.train.steps or (state.get("learned_at") is not None and cfg.train.stop_at_mastery)
 
 
 def _state_to_resume(cfg: RunConfig, run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:

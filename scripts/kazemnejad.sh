@@ -34,7 +34,7 @@ arm=${ARM:-mastery}
 seeds=${SEEDS:-$(seq 0 14)}
 case "$arm" in
   mastery) extra=() ; sweep=$results/multirun/kazemnejad_matched ;;
-  schedule) extra=(train.target_exact_match=0) ; sweep=$results/multirun/kazemnejad_matched_schedule ;;
+  schedule) extra=(train.stop_at_mastery=false) ; sweep=$results/multirun/kazemnejad_matched_schedule ;;
   *) echo "ARM must be mastery or schedule, got $arm" >&2; exit 2 ;;
 esac
 out=$results/kazemnejad/$arm

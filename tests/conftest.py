@@ -16,7 +16,7 @@ from posenc.config import RunConfig, run_config_from_dict
 TINY = [
     "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "model.d_mlp=32",
     "train.steps=4", "train.batch_size=4", "train.eval_sequences=4", "train.log_every=2",
-    "task.length=16", "task.min_length=8", "task.variable_length=False", "progress=false",  # Hydra names folders with False
+    "task.length=16", "task.variable_length=False", "progress=false",  # Hydra names folders with False
 ]  # fmt: skip
 # With mastery checks patched to score 1.0 (fixture `always_learns`, or `posenc_cli(..., learns=True)`), a tiny
 # run is learned at its first check, step 2 of its 4: evaluated past its training length like a learned run.

@@ -1,6 +1,8 @@
 """Hydra configs compose with overrides and convert into checked, typed dataclasses."""
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -8,7 +10,7 @@ import yaml
 from conftest import compose_dict, tiny_config
 
 import posenc.conf
-from posenc.config import TrainConfig, run_config_from_dict
+from posenc.config import TrainConfig, check_no_ignored_settings, run_config_from_dict
 from posenc.encoders import ENCODERS
 from posenc.errors import ConfigError
 from posenc.model import ModelConfig
@@ -60,6 +62,7 @@ def test_overrides_reach_the_typed_config():
         ("train.check_sequences=0", "train.check_sequences must be > 0"),
         ("train.target_exact_match=0", "target_exact_match must be in \\(0, 1\\]"),
         ("train.target_exact_match=1.5", "target_exact_match must be in \\(0, 1\\]"),
+        ("train.stop_at_mastery=false train.check_every=0", "train.stop_at_mastery=false needs checks"),
         ("model.n_heads=5", "divisible"),
         ("model.d_model=18", "even head dimension"),
         ("seed=-1", "seed must be an integer in 0"),
@@ -73,9 +76,44 @@ def test_bad_values_raise_one_clear_config_error(override, message):
 
 
 def test_min_length_matters_only_with_variable_length():
-    cfg = tiny_config("task.min_length=99")  # ignored: every batch is at task.length
+    cfg = tiny_config("task.min_length=99")  # a recorded run with it still reads: every batch is at task.length
     cfg.build()
     assert tiny_config("task.variable_length=true", "task.min_length=8").task.variable_length is True
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ("task.min_length=8", "task.min_length=8 applies only with task.variable_length=true"),
+        ("task.length_draw=batch", "task.length_draw=batch applies only with task.variable_length=true"),
+        ("model.attention=flex", "model.attention=flex chooses how a score bias is added, and encoder=rope has none"),
+        ("model.attention=blocked encoder=fox", "encoder=fox has none"),
+        ("model.mixer=base_conv encoder=nope model.attention=blocked", "model.mixer=base_conv does not attend"),
+    ],
+)
+def test_a_setting_the_rest_would_ignore_is_refused_before_training(overrides, message):
+    cfg = tiny_config(*overrides.split())
+    with pytest.raises(ConfigError, match=message):
+        check_no_ignored_settings(cfg)
+
+
+@pytest.mark.parametrize("overrides", [
+    "task.variable_length=true task.min_length=8 task.length_draw=batch",  # each one used
+    "model.attention=blocked encoder=alibi",
+    "model.attention=flex encoder=t5",
+])
+def test_settings_that_take_effect_pass(overrides):
+    check_no_ignored_settings(tiny_config(*overrides.split()))
+
+
+def test_ignored_settings_are_refused_by_posenc_train_in_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "posenc", "train", "task.min_length=8", "train.steps=1",
+                             f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: task.min_length=8 applies only with task.variable_length=true (task.variable_length is false: "
+        "every sequence has task.length tokens)"]
+    assert not (tmp_path / "run").exists()
 
 
 def test_mastery_defaults():

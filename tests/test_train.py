@@ -160,6 +160,37 @@ def test_a_run_that_never_meets_the_target_trains_its_whole_budget_and_is_not_le
     assert len(more) == 1 and (metrics["steps_to_learn"], metrics["steps"], metrics["learned"]) == (2, 2, True)
 
 
+def test_past_mastery_the_whole_budget_is_trained_when_asked(tmp_path, monkeypatch):
+    """train.stop_at_mastery=false (the Kazemnejad schedule arm): steps-to-learn is the first check that met the
+    target, training goes on to the budget and keeps checking, and resuming it does not stop at mastery."""
+    calls = scripted_checks(monkeypatch, [0.0, 1.0, 0.5, 1.0])
+    overrides = ("train.steps=9", "train.check_every=2", "train.checkpoint_every=4", "train.stop_at_mastery=false")
+    metrics = train(tiny_config(*overrides), tmp_path, tiny_dict(*overrides))
+    assert len(calls) == 4 and metrics["checks"] == [[2, 0.0], [4, 1.0], [6, 0.5], [8, 1.0]]
+    assert (metrics["steps_to_learn"], metrics["steps"], metrics["budget"], metrics["learned"]) == (4, 9, 9, True)
+    assert history_steps(tmp_path)[-1] == 9
+    state = torch.load(tmp_path / run_files.CHECKPOINT_FILE, weights_only=False)
+    assert (state["step"], state["learned_at"]) == (9, 4)
+    # killed at its step-4 checkpoint (already learned): resuming trains on from step 5, not stopping
+    state["step"], state["checks"], state["history"] = 4, metrics["checks"][:2], state["history"][:2]
+    torch.save(state, tmp_path / run_files.CHECKPOINT_FILE)
+    (tmp_path / run_files.HISTORY_FILE).write_text(run_files.history_csv(state["history"]))  # as a kill leaves it
+    (tmp_path / run_files.METRICS_FILE).unlink()
+    scripted_checks(monkeypatch, [0.5, 1.0])
+    again = train(tiny_config(*overrides), tmp_path, tiny_dict(*overrides))
+    assert (again["steps_to_learn"], again["steps"]) == (4, 9) and again["checks"] == metrics["checks"]
+
+
+def test_the_default_stop_at_mastery_keeps_every_earlier_run_identity():
+    from posenc.analysis.store import run_identity
+
+    default = tiny_dict()
+    old = {**default, "train": {k: v for k, v in default["train"].items() if k != "stop_at_mastery"}}
+    assert default["train"]["stop_at_mastery"] is True
+    assert run_identity(old) == run_identity(default)
+    assert run_identity(tiny_dict("train.stop_at_mastery=false")) != run_identity(default)
+
+
 def test_without_checks_the_whole_budget_is_trained(tmp_path, monkeypatch):
     calls = scripted_checks(monkeypatch, [1.0])
     metrics = train(tiny_config("train.check_every=0"), tmp_path, tiny_dict("train.check_every=0"))

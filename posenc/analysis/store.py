@@ -56,7 +56,7 @@ RUN_NEUTRAL_KEYS = (
 )  # fmt: skip
 # Keys added after runs were recorded, at the value every earlier run had: a config without the key is the same
 # run as one holding that value (left out where it holds it), so every earlier run keeps its identity and resumes.
-LATER_DEFAULTS = {"model.mixer": "attention", "task.end_token": False}
+LATER_DEFAULTS = {"model.mixer": "attention", "task.end_token": False, "train.stop_at_mastery": True}
 _NOT_IDENTITY = {"seed", "hydra"}  # the seed is in run_id, not config_id; hydra: Hydra's own settings
 
 
