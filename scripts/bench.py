@@ -44,6 +44,7 @@ from posenc.encoders import ENCODERS, build_encoder
 from posenc.errors import PosencError, PositionRangeError
 from posenc.files import atomic_write_text
 from posenc.model import ModelConfig, Transformer
+from posenc.subnormals import flush_subnormals
 
 console = Console(stderr=True)
 VOCAB = 64  # the issue's reference shape: hidden 128, 2 layers, 4 heads, MLP 512, vocab 64
@@ -252,6 +253,7 @@ def training_section(args, device, autocast) -> pd.DataFrame:
 _JOB = """
 import sys, time, torch
 from posenc.model import ModelConfig, Transformer
+from posenc.subnormals import flush_subnormals
 from posenc.encoders import build_encoder
 threads, steps, d, layers, batch, length = map(int, sys.argv[1:])
 torch.set_num_threads(threads)
@@ -335,8 +337,10 @@ def least_memory(rows: list[dict], measure: Callable[[dict], tuple[float, float]
                           f"{peak:.0f} MiB (+{rise:.0f})")
 
 
+@flush_subnormals()  # as in posenc extrapolate, every thread of an evaluating process (posenc.subnormals)
 def forward_section(args, device, autocast) -> pd.DataFrame:
-    """Forward time (a first pass) and peak memory per encoder and length, batch 1.
+    """Forward time (a first pass) and peak memory per encoder and length, batch 1, with subnormals flushed as
+    posenc's evaluation flushes them (run in a fresh process, so the intra-op threads flush too).
 
     Ratios to rope and to ``nope``, the same model whose attention is plain fused causal SDPA with no
     positional work (``*_vs_sdpa``). ``first_s`` is the first call's time, compilation included (a new

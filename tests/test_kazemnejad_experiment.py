@@ -8,7 +8,7 @@ from conftest import compose_dict, posenc_cli
 
 def test_matched_experiment_composes_the_papers_data_and_the_sweep():
     """100 symbols, 4..20 of them in training (lengths 10..43 with the end token), the end token scored, the
-    claim's five encoders on both tasks over 15 seeds, into its own sweep folder."""
+    claim's five encoders on both tasks over 15 seeds; its script trains into the record's sweep folder."""
     from posenc.config import run_config_from_dict
 
     cfg = compose_dict(["experiment=kazemnejad_matched"])
@@ -22,7 +22,9 @@ def test_matched_experiment_composes_the_papers_data_and_the_sweep():
     params = hydra["sweeper"]["params"]
     assert params["seed"] == "range(0,15)" and params["task"] == "copy,reverse"
     assert params["encoder"].split(",") == ["nope", "t5", "alibi", "rope", "sinusoidal"]
-    assert hydra["sweep"]["dir"].endswith("multirun/kazemnejad_matched")
+    # a plain `-m` sweeps into a new folder; scripts/kazemnejad.sh names the record's (hydra.sweep.dir)
+    assert hydra["sweep"]["dir"] == "${paths.results}/multirun/${now:%Y%m%d-%H%M%S}"
+    assert "hydra.sweep.dir=$sweep" in Path("scripts/kazemnejad.sh").read_text()
     for name in ("copy", "reverse"):
         for encoder in params["encoder"].split(","):
             run = run_config_from_dict(compose_dict(["experiment=kazemnejad_matched", f"task={name}",
