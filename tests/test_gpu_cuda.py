@@ -29,6 +29,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
+import torch.utils._pytree as pytree
 
 from posenc import files as run_files
 from posenc.attention import FLEX_MIN_LENGTH, CausalAttention
@@ -378,27 +379,29 @@ def _flex_backward_refusal(score_mod: Callable) -> str | None:
     """Why inductor's FlexAttention backward refuses ``score_mod`` with its captured tensors as they are
     (parameters requiring grad), or None. torch's own pre-lowering check on the joint graph FlexAttention
     traces; the trace needs no GPU (only the kernels do), so the CPU sees what a GPU's compile would say.
-    The captured tensors are lifted into arguments, as torch.compile lifts them."""
+    The captured tensors (closure cells, or inside tuples in them: FIRE's per-unit tensors) are lifted into
+    arguments, as torch.compile lifts them."""
     hop = pytest.importorskip("torch._higher_order_ops.flex_attention")
     wrapped = pytest.importorskip("torch._dynamo._trace_wrapped_higher_order_op")
     lowering = pytest.importorskip("torch._inductor.kernel.flex.flex_attention")
     if not all(hasattr(m, f) for m, f in ((hop, "create_fw_bw_graph"), (wrapped, "TransformGetItemToIndex"),
                                           (lowering, "validate_joint_graph"))):
         pytest.skip("this torch has no FlexAttention joint-graph check to run")
-    cells = [cell.cell_contents for cell in score_mod.__closure__ or ()]
-    lifted_at = [i for i, value in enumerate(cells) if isinstance(value, torch.Tensor)]
+    leaves, spec = pytree.tree_flatten([cell.cell_contents for cell in score_mod.__closure__ or ()])
+    lifted_at = [i for i, value in enumerate(leaves) if isinstance(value, torch.Tensor)]
 
     def lifted(score, b, h, q_idx, kv_idx, *captured):
-        values = list(cells)
+        values = list(leaves)
         for i, tensor in zip(lifted_at, captured):
             values[i] = tensor
+        cells = tuple(types.CellType(v) for v in pytree.tree_unflatten(values, spec))
         rebuilt = types.FunctionType(score_mod.__code__, score_mod.__globals__, score_mod.__name__,
-                                     score_mod.__defaults__, tuple(types.CellType(v) for v in values))
+                                     score_mod.__defaults__, cells)
         return rebuilt(score, b, h, q_idx, kv_idx)
 
     indices = (torch.zeros((), requires_grad=True), *(torch.zeros((), dtype=torch.int32) for _ in range(4)))
     with wrapped.TransformGetItemToIndex():
-        _, joint = hop.create_fw_bw_graph(lifted, indices, tuple(cells[i] for i in lifted_at))
+        _, joint = hop.create_fw_bw_graph(lifted, indices, tuple(leaves[i] for i in lifted_at))
     try:
         lowering.validate_joint_graph(joint.graph)
     except NotImplementedError as err:
@@ -408,16 +411,14 @@ def _flex_backward_refusal(score_mod: Callable) -> str | None:
 
 @pytest.mark.parametrize("name", [
     "alibi", "t5", "kerple",
-    pytest.param("fire", marks=pytest.mark.xfail(strict=True, reason=(
-        "issue 42, the H200's fire-bf16-train-1100: FIRE's score_mod indexes w1, b1 and w2 once per "
-        "unrolled hidden unit, and FlexAttention's backward takes one index of a tensor that requires grad "
-        "(posenc/encoders/learned_bias.py to mend: one captured tensor per unit; then the mark goes)"))),
+    "fire",  # regression, the H200's fire-bf16-train-1100: w1, b1, w2 indexed once per unit were refused
 ])
 def test_flexattention_can_differentiate_each_score_mod_through_its_captured_tensors(name):
     """A training step past FLEX_MIN_LENGTH on a GPU differentiates the score_mod with respect to the learned
     tensors it captures; inductor refuses some score_mods there (at the first backward, outside
     CausalAttention's fallback to query blocks). On CPU: torch's own check of the same joint graph. It
-    agrees with the H200 (alibi, t5, kerple trained there at 1100 tokens; fire's backward did not compile)."""
+    agrees with the H200 (alibi, t5, kerple trained there at 1100 tokens; fire's backward did not compile
+    while its score_mod indexed each of w1, b1, w2 once per hidden unit: now one captured tensor per unit)."""
     encoder = spread(build_encoder(name, SHAPE, LONG))
     refusal = _flex_backward_refusal(encoder.score_mod(64))
     assert refusal is None, f"{name}: {refusal}"

@@ -191,13 +191,22 @@ class FIRE(PositionalEncoder):
         width = -(-w1.shape[0] // 8) * 8
         pad = width - w1.shape[0]
         w1, b1, w2 = F_nn.pad(w1, (0, pad)), F_nn.pad(b1, (0, pad)), F_nn.pad(w2, (0, pad))
-        w1, b1, w2, slope, intercept = map(capture, (w1, b1, w2, slope, intercept))
+        # One captured tensor per unit and parameter, each indexed once, by head: FlexAttention's compiled
+        # backward takes a single index of a captured tensor that requires grad (inductor refused w1[unit]
+        # per unit on the H200). Clones, not views: inductor's CPU template fails to lower captured views of
+        # one storage (torch 2.13); autograd still carries their gradients to w1, b1, w2.
+        columns = (w1.expand(w2.shape[0], -1), b1.expand(w2.shape[0], -1), w2)  # [n_h, width] each
+        units = tuple(
+            tuple(capture(column[:, u].clone(memory_format=torch.contiguous_format)) for column in columns)
+            for u in range(width)
+        )
+        slope, intercept = capture(slope), capture(intercept)
 
         def fire(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             x = psi[(q_idx - kv_idx).abs()] * inv_norm[q_idx]  # fire_normalized_distance
             out = slope[h] * x + intercept[h]
-            for unit in range(width):  # fire_mlp, unrolled: a score_mod computes one score at a time
-                out = out + w2[h, unit] * torch.relu(w1[unit] * x + b1[unit])
+            for w1_u, b1_u, w2_u in units:  # fire_mlp, unrolled: a score_mod computes one score at a time
+                out = out + w2_u[h] * torch.relu(w1_u[h] * x + b1_u[h])
             return score + out.to(score.dtype)
 
         fire.variant = width  # type: ignore[attr-defined]

@@ -144,6 +144,56 @@ def test_fire_chunks_long_sequences_without_changing_the_bias(monkeypatch):
     torch.testing.assert_close(encoder.score_bias(pos[37:], pos), whole)
 
 
+def _closure_tensors(score_mod) -> list[torch.Tensor]:
+    """Every tensor a score_mod closes over, in closure cells or in tuples in them (FIRE's per-unit ones)."""
+    leaves = torch.utils._pytree.tree_leaves([c.cell_contents for c in score_mod.__closure__ or ()])
+    return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+def test_fire_score_mod_captures_one_tensor_per_unit_each_through_capture():
+    """FlexAttention's compiled backward takes one index of a captured tensor that requires grad, so FIRE's
+    score_mod closes over each unit's w1, b1, w2 separately (``[n_h]`` each, indexed by head), and every one
+    goes through ``capture`` (the backend detaches them on CPU). Each has a storage of its own: inductor's CPU
+    template failed to lower captured views of one storage (test_attention's fire flex test)."""
+    torch.manual_seed(0)
+    encoder = build_encoder("fire", SHAPE, 64)
+    attached = encoder.score_mod(80)
+    assert attached.variant > 0  # some units bend in [0, 1]: there are per-unit tensors to check
+    tensors = _closure_tensors(attached)
+    assert len(tensors) == 4 + 3 * attached.variant  # psi, 1/psi(max(L, i)), slope, intercept; the units
+    assert all(t.requires_grad for t in tensors)
+    assert sum(t.shape == (SHAPE.n_heads,) for t in tensors) == 2 + 3 * attached.variant  # slope, intercept
+    detached = _closure_tensors(encoder.score_mod(80, torch.Tensor.detach))
+    assert len(detached) == len(tensors) and not any(t.requires_grad for t in detached)
+    assert len({t.untyped_storage().data_ptr() for t in detached}) == len(detached)
+
+
+def test_fire_score_mod_gradients_equal_the_query_block_paths():
+    """Training through FlexAttention differentiates the score_mod through its captured tensors (views of the
+    parameters): its bias and the gradients reaching every parameter equal those of ``score_bias``, the bias
+    query blocks train with. Past the threshold (L = 16) and the training length, both branches of
+    ``max(L, i)``."""
+    torch.manual_seed(0)
+    encoder = build_encoder("fire", SHAPE, 64).double()
+    seq = 80
+    positions = torch.arange(seq)
+    causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+    cotangent = torch.randn(SHAPE.n_heads, seq, seq, dtype=torch.float64)
+    score_mod = encoder.score_mod(seq)  # as_is: attached, as CausalAttention captures on a GPU in training
+    heads = torch.arange(SHAPE.n_heads)[:, None, None]
+    by_score_mod = score_mod(torch.zeros((), dtype=torch.float64), 0, heads, positions[:, None], positions)
+    by_blocks = encoder.score_bias(positions, positions)
+    torch.testing.assert_close(by_score_mod[:, causal], by_blocks[:, causal])
+    params = dict(encoder.named_parameters())
+
+    def grads(bias: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.autograd.grad((bias * cotangent)[:, causal].sum(), list(params.values()))
+
+    for name, got, expected in zip(params, grads(by_score_mod), grads(by_blocks), strict=True):
+        assert expected.abs().sum() > 0, name
+        torch.testing.assert_close(got, expected, msg=name)
+
+
 def test_fire_options_are_checked():
     with pytest.raises(ConfigError, match="fire needs"):
         build_encoder("fire", SHAPE, 16, {"init_threshold": 0.0})
