@@ -132,9 +132,9 @@ def check_plugin_key(check, name: str, plugins: Any, group: str) -> None:
     was (``config.yaml``'s ``plugins``) and how to load it."""
     try:
         check(name)
-    except ConfigError:
+    except ConfigError as err:
         origin = plugins.get(group) if isinstance(plugins, dict) else None
-        if not isinstance(origin, dict) or "unknown" not in str(sys.exc_info()[1]):
+        if not isinstance(origin, dict) or "unknown" not in str(err):
             raise
         how = (f"POSENC_PLUGINS={origin.get('source')}" if origin.get("origin") == "file"
                else f"install {origin.get('source')}" if origin.get("origin") == "entry point"

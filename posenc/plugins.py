@@ -95,7 +95,7 @@ def check_entry(registry, key: str, cls: Any, origin: Origin) -> None:
         raise ConfigError(f"{registry.group} plugin {key!r} ({origin}): a key is lowercase letters, digits and _, "
                           "starting with a letter, at most 48 characters")
     if registry.has_key(key):
-        taken = registry._origins.get(key)
+        taken = registry.recorded_origin(key)
         raise ConfigError(f"{where}: the key is taken by {taken or 'a posenc built-in'}")
     check_class(registry, key, cls, origin)
 
@@ -124,7 +124,7 @@ def _register(group: str, key: str) -> Callable[[type], type]:
             module = sys.modules.get(getattr(cls, "__module__", ""), None)
             source = str(getattr(module, "__file__", None) or cls.__module__)
             origin = Origin("module", source, _object_path(cls))
-        taken = registry._origins.get(key)
+        taken = registry.recorded_origin(key)
         named_again = loading is not None and loading.kind != "entry point" and _defined_in(cls, loading.object)
         own = taken is not None and taken.kind == "entry point" and taken.object == _object_path(cls)
         if own and not named_again:
@@ -200,7 +200,7 @@ def read_plugins(registry) -> None:
         try:
             check_entry(registry, entry.name, registry.base, origin)  # the class is checked when imported
         except ConfigError as err:
-            if registry.has_key(entry.name) and registry._origins.get(entry.name) is not None:
+            if registry.has_key(entry.name) and registry.recorded_origin(entry.name) is not None:
                 registry.mark_broken(entry.name, str(err), origin)  # two plugins: neither is chosen
             else:
                 registry.refuse(entry.name, str(err))  # malformed, or a built-in's key
@@ -211,7 +211,7 @@ def read_plugins(registry) -> None:
 
 def load_entry_point(registry, key: str, entry: Any) -> type:
     """Import entry point ``key``'s class; a failure marks it broken and raises its one line."""
-    origin = registry._origins[key]
+    origin = registry.recorded_origin(key)
     module = origin.object.partition(":")[0]
     try:
         cls = _run_registering(Origin("entry point", origin.source, module), entry.load)
@@ -410,7 +410,7 @@ def listing(registry) -> list[tuple[str, str, str]]:
     registry.read_plugins(strict=False)
     rows = []
     for key in registry.keys_unchecked():
-        origin = registry._origins.get(key)
+        origin = registry.recorded_origin(key)
         try:
             text = description(registry[key])
         except ConfigError as err:

@@ -130,6 +130,11 @@ class Registry(Mapping[str, type[T]], Generic[T]):
         self.read_plugins(strict=False)
         return self._origins.get(name)
 
+    def recorded_origin(self, name: str) -> Any:
+        """:meth:`origin` as registered so far, reading no plugins: for the registration checks themselves,
+        which run while plugins are being read."""
+        return self._origins.get(name)
+
     def keys_unchecked(self) -> list[str]:
         """Every usable key, for listings: plugins read, but a failed ``POSENC_PLUGINS`` entry not raised."""
         self.read_plugins(strict=False)
