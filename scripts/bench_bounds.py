@@ -1,5 +1,6 @@
 """The arithmetic behind the speed targets posenc does not meet on CPU (issue 24): what the kernels PyTorch offers
-here cost for the work each encoder needs, measured in one run, so that README's bounds regenerate.
+here cost for the work each encoder needs, measured in one run, so that the bounds
+in docs/performance.md regenerate.
 
     python scripts/bench_bounds.py            # writes results/bench/bounds.md and bounds.csv
 

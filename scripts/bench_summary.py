@@ -1,11 +1,12 @@
-"""README's speed table from the tables of one bench run (scripts/bench.py): ratios to posenc's rope.
+"""docs/performance.md's speed table from the tables of one bench run (scripts/bench.py): ratios to rope.
 
     python scripts/bench_summary.py                    # results/bench, forward at 8192 and 32768
     python scripts/bench_summary.py results/bench --lengths 2048,8192 --growth 512,8192
 
 Prints Markdown. Rope's row gives its own figures (tokens/s, seconds, MiB), the other rows ratios to them;
-"vs SDPA" is the ratio to the same model with plain fused causal SDPA (nope). README's "Speed and memory"
-table is this output for the committed results/bench (tests/test_bench_script.py checks that it still is).
+"vs SDPA" is the ratio to the same model with plain fused causal SDPA (nope). The "Speed and memory"
+table of docs/performance.md is this output for the committed results/bench (tests/test_bench_script.py
+checks that it still is).
 """
 
 from __future__ import annotations

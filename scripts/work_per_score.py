@@ -2,7 +2,8 @@
 score (matmul FLOPs, other vector operations, bytes that must cross memory), against this machine's measured
 matmul rate and memory bandwidth. ``scripts/bench_bounds.py`` calls it with the kernel times it measured in the
 same run and writes ``results/bench/arithmetic.csv``; ``python scripts/work_per_score.py results/bench`` prints
-README's table of the missed targets from the committed tables (:func:`targets_table`), measuring nothing.
+the missed targets' table of docs/performance.md from the committed tables (:func:`targets_table`), measuring
+nothing.
 
 Two bounds per target, each the best any kernel could do:
 
@@ -225,7 +226,8 @@ NEEDS = ("arithmetic.csv", "bounds.csv", "training.csv", "forward.csv", "step.cs
 
 
 def targets_table(folder: Path) -> str:
-    """README's table of issue 24's missed targets from a bench folder (bench.py's and bench_bounds.py's tables):
+    """docs/performance.md's table of issue 24's missed targets from a bench folder (bench.py's and
+    bench_bounds.py's tables):
     each target's measured ratio (training: median [lowest, highest] of the rounds), what PyTorch's kernels allow
     (the floor of bench_bounds, with the kernel's time against SDPA), the bound at rope's efficiency (with the
     work per score against rope's) and at the machine's limits. Raises FileNotFoundError naming what is missing."""
@@ -265,7 +267,8 @@ def targets_table(folder: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Print README's table of issue 24's missed targets.")
+    parser = argparse.ArgumentParser(description="Print the table of issue 24's missed targets "
+                                                 "(docs/performance.md).")
     parser.add_argument("folder", type=Path, help="a bench folder (results/bench)")
     args = parser.parse_args()
     try:

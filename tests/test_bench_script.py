@@ -61,11 +61,13 @@ def _summary(folder, *args):
                           check=False, capture_output=True, text=True, timeout=120)
 
 
-def test_readme_speed_table_is_the_summary_of_the_committed_bench():
-    """README's table is scripts/bench_summary.py's output for results/bench: a bench rerun without it fails."""
+def test_performance_page_speed_table_is_the_summary_of_the_committed_bench():
+    """docs/performance.md's speed table is scripts/bench_summary.py's output for results/bench: a bench rerun
+    without it fails."""
     table = _summary(ROOT / "results" / "bench")
     assert table.returncode == 0, table.stderr
-    assert table.stdout in (ROOT / "README.md").read_text(), "README's speed table is stale: rerun bench_summary.py"
+    assert table.stdout in (ROOT / "docs" / "performance.md").read_text(), \
+        "docs/performance.md's speed table is stale: rerun bench_summary.py"
 
 
 def test_bench_summary_says_what_is_missing_in_one_line(tmp_path):
