@@ -277,7 +277,7 @@ def compare(
     from posenc.analysis.folders import check_destination
     from posenc.analysis.pipeline import check_extendable, compare_into
     from posenc.runs import find_runs
-    from posenc.analysis.selection import CHOICES_STEM, check_choose_key, choose_runs, losing_runs
+    from posenc.analysis.selection import CHOICES_STEM, choose_runs, losing_runs
     from posenc.analysis.run_folder import RunFolder
     from posenc.analysis.store import read_results
     from posenc.analysis.tables import read_table
@@ -287,13 +287,8 @@ def compare(
         check_max_hours(max_hours)
         if base is not None:  # the baseline's lengths, its choice of runs, its comparison extended
             lengths, choose, extend = ",".join(map(str, base.lengths)), base.choose, True
-        wanted = parse_lengths(lengths) if lengths is not None else None
-        if wanted is None:
-            parse_lengths(str(up_to))  # same range check as --lengths
-        scalings = parse_scalings(rope_scaling, rope_factor)
-        check_eval_options(sequences, device)
-        if choose is not None:
-            check_choose_key(choose)
+        wanted, scalings = _checked_compare_options(lengths, up_to, rope_scaling, rope_factor, sequences, device,
+                                                    choose)
         weighable = extend and choose is not None  # candidates evaluated before, brought back without weights
         found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable, weightless=weighable))
         folders = {run: RunFolder.read(run) for run in found}  # each run's files read, its identity made, once
@@ -328,6 +323,22 @@ def compare(
                 None if include_not_learned else not_learned_hint(comparison, wanted))  # its rows, old ones too
     console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
                   f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
+
+
+def _checked_compare_options(lengths: str | None, up_to: int, rope_scaling: str, rope_factor: float | None,
+                             sequences: int | None, device: str, choose: str | None):
+    """``compare``'s options checked before any work: the lengths wanted (None: each run's defaults, up to
+    ``up_to``, range-checked as ``--lengths``) and the RoPE scalings."""
+    from posenc.analysis.selection import check_choose_key
+
+    wanted = parse_lengths(lengths) if lengths is not None else None
+    if wanted is None:
+        parse_lengths(str(up_to))  # same range check as --lengths
+    scalings = parse_scalings(rope_scaling, rope_factor)
+    check_eval_options(sequences, device)
+    if choose is not None:
+        check_choose_key(choose)
+    return wanted, scalings
 
 
 @app.command()

@@ -258,5 +258,6 @@ def test_runs_lists_plugin_runs(trained, used):
 
 def test_a_run_whose_plugin_is_not_loaded_says_how_to_load_it(used):
     text = " ".join((used["unloaded"].stdout + used["unloaded"].stderr).split())
-    assert ("encoder 'log_alibi' is a plugin (posenc_log_alibi:LogALiBi from entry point posenc-log-alibi 0.1.0) "
-            "that is not loaded here: install posenc-log-alibi 0.1.0") in text, text
+    assert ("its encoder 'log_alibi' is not registered here: it trained with the plugin "
+            "posenc_log_alibi:LogALiBi (entry point posenc-log-alibi 0.1.0); load it the same way "
+            "(install posenc-log-alibi 0.1.0;") in text, text

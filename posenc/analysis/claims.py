@@ -56,6 +56,7 @@ chance level.
 
 from __future__ import annotations
 
+import json
 import math
 import itertools
 from collections.abc import Hashable, Mapping, Sequence
@@ -64,7 +65,7 @@ from typing import Protocol
 
 import numpy as np
 
-from posenc.analysis.stats import Estimate, group_estimate, paired_difference
+from posenc.analysis.stats import Estimate, group_estimate, paired_difference, sequence_block
 from posenc.task_facts import has_mastery_criterion
 
 OUTCOMES = ("agrees", "differs", "inconclusive", "not testable")
@@ -74,6 +75,18 @@ FAMILY_ERROR = 0.05  # the family-wise error rate a claim's Bonferroni-adjusted 
 
 
 DEFAULT_MIXER = "attention"  # posenc.mixers.DEFAULT_MIXER (not imported: this module needs no torch)
+
+
+
+def mixer_of(config: object) -> str:
+    """The ``model.mixer`` of a run's configuration (the JSON of :class:`posenc.analysis.store.RunIdentity`, which
+    leaves the key out at its default): attention where it says nothing."""
+    try:
+        model = json.loads(config).get("model") if isinstance(config, str) and config else None
+    except (ValueError, AttributeError):
+        model = None
+    mixer = model.get("mixer") if isinstance(model, dict) else None
+    return mixer if isinstance(mixer, str) else DEFAULT_MIXER
 
 
 @dataclass(frozen=True)
@@ -364,8 +377,7 @@ def _reported_text(claim: Claim) -> str:
 
 def _block(task: str | None, groups: list[np.ndarray]) -> int | None:
     """Batch-means block for ``task``'s per-sequence values (lm's consecutive windows; see
-    :func:`posenc.analysis.compare.sequence_block`)."""
-    from posenc.analysis.compare import sequence_block
+    :func:`posenc.analysis.stats.sequence_block`)."""
 
     return None if task is None or not groups else sequence_block(task, min(len(g) for g in groups))
 

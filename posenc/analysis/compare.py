@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from posenc.arguments import NO_SCALING
-from posenc.analysis.claims import DEFAULT_MIXER, Side
-from posenc.analysis.stats import group_estimate
+from posenc.analysis.claims import DEFAULT_MIXER, Side, mixer_of
+from posenc.analysis.stats import group_estimate, sequence_block
 from posenc.analysis.store import KEY, NO_DEPTH, Results, describe_config, differing_keys
 from posenc.task_facts import ANSWER_ALPHABET, has_mastery_criterion
 
@@ -67,7 +67,6 @@ def variants(evaluations: pd.DataFrame) -> pd.Series:
     and sequence mixer (``key=value`` pairs); empty where those were run in one configuration only. A mixer
     other than attention is named first (``model.mixer=base_conv``): :func:`labels` names the row by it, as a
     model without positional encoding is then told apart by its mixer, not by the keys that differ."""
-    from posenc.analysis.evidence import mixer_of  # evidence imports this module
 
     out = pd.Series("", index=evaluations.index, dtype=object)
     for _, rows in evaluations.groupby(["task", "encoder"], sort=False):
@@ -133,16 +132,6 @@ def aggregate(results: Results) -> pd.DataFrame:
         row["chance_token_accuracy"] = chance_token_accuracy(group["config"].iloc[0] if "config" in group else None)
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def sequence_block(task: str, sequences: int) -> int | None:
-    """The block length for :func:`posenc.analysis.stats.group_estimate`'s batch means: ``lm``'s evaluation windows are
-    consecutive slices of one text (lag-1 autocorrelation 0.2-0.5 measured), so their variance is estimated from
-    means of about ``sqrt(n)`` consecutive windows (at least 2 blocks); other tasks draw independent sequences
-    (None)."""
-    if task != "lm" or sequences < 4:
-        return None
-    return max(1, min(round(math.sqrt(sequences)), sequences // 2))
 
 
 def chance_token_accuracy(config: str | None) -> float:

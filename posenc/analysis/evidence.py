@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pandas as pd
 
-from posenc.analysis.claims import DEFAULT_MIXER, Side
+from posenc.analysis.claims import Side, mixer_of
 from posenc.analysis.compare import chance_token_accuracy
 from posenc.analysis.store import Results
 from posenc.task_facts import NESTED_EVALUATION
@@ -140,14 +139,3 @@ class TableEvidence:
         configs = self.ev.loc[self.ev["task"] == task, "config"].unique() if "config" in self.ev else []
         levels = [c for c in (chance_token_accuracy(c) for c in configs) if not math.isnan(c)]
         return max(levels) if levels else math.nan
-
-
-def mixer_of(config: object) -> str:
-    """The ``model.mixer`` of a run's configuration (the JSON of :class:`posenc.analysis.store.RunIdentity`, which
-    leaves the key out at its default): attention where it says nothing."""
-    try:
-        model = json.loads(config).get("model") if isinstance(config, str) and config else None
-    except (ValueError, AttributeError):
-        model = None
-    mixer = model.get("mixer") if isinstance(model, dict) else None
-    return mixer if isinstance(mixer, str) else DEFAULT_MIXER

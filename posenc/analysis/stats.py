@@ -409,3 +409,13 @@ def paired_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray], bounded:
     if bounded:
         low, high = max(low, -1.0), min(high, 1.0)
     return Estimate(mean, low, high, min(len(m) for m in mats), n)
+
+
+def sequence_block(task: str, sequences: int) -> int | None:
+    """The block length for :func:`posenc.analysis.stats.group_estimate`'s batch means: ``lm``'s evaluation windows are
+    consecutive slices of one text (lag-1 autocorrelation 0.2-0.5 measured), so their variance is estimated from
+    means of about ``sqrt(n)`` consecutive windows (at least 2 blocks); other tasks draw independent sequences
+    (None)."""
+    if task != "lm" or sequences < 4:
+        return None
+    return max(1, min(round(math.sqrt(sequences)), sequences // 2))
