@@ -103,14 +103,15 @@ class CausalAttention:
         At inference on CPU, subnormal floats are flushed to zero while it runs (:mod:`posenc.subnormals`: a
         steep bias otherwise slows the fused kernels on some CPUs, with the same numbers).
         """
-        if q.device.type == "cpu" and not _needs_grad(q, k, v, encoder):
+        cpu_inference = q.device.type == "cpu" and not _needs_grad(q, k, v, encoder)
+        if cpu_inference:
             with flush_subnormals():
-                return self._attend(q, k, v, positions, encoder, dropout_p, kind, data_bias)
-        return self._attend(q, k, v, positions, encoder, dropout_p, kind, data_bias)
+                return self._attend(q, k, v, positions, encoder, dropout_p, kind, data_bias, cpu_inference)
+        return self._attend(q, k, v, positions, encoder, dropout_p, kind, data_bias, cpu_inference)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
-                dropout_p: float, kind: str, data_bias: DataBias | None) -> Tensor:
-        """:meth:`__call__`'s choice of path, and the call."""
+                dropout_p: float, kind: str, data_bias: DataBias | None, cpu_inference: bool) -> Tensor:
+        """:meth:`__call__`'s choice of path, and the call (``cpu_inference``: on CPU with no gradient needed)."""
         if isinstance(data_bias, KeyBias):
             return fused_bias.key_bias_attention(q, k, v, data_bias.key, dropout_p)
         if isinstance(data_bias, OwnAttention):
@@ -122,7 +123,7 @@ class CausalAttention:
         if not encoder.has_score_bias:
             return _fused_causal(q, k, v, dropout_p)
         # the fused paths: inference on CPU only (no backward; training keeps query blocks)
-        fused = kind == "auto" and q.device.type == "cpu" and dropout_p == 0.0 and not _needs_grad(q, k, v, encoder)
+        fused = kind == "auto" and cpu_inference and dropout_p == 0.0
         slopes = encoder.linear_bias_slopes()
         if fused and slopes is not None:
             out = self.linear_bias(q, k, v, positions, slopes)

@@ -136,11 +136,16 @@ def check_plugin_key(check, name: str, plugins: Any, group: str) -> None:
         origin = plugins.get(group) if isinstance(plugins, dict) else None
         if not isinstance(origin, dict) or "unknown" not in str(err):
             raise
-        how = (f"POSENC_PLUGINS={origin.get('source')}" if origin.get("origin") == "file"
-               else f"install {origin.get('source')}" if origin.get("origin") == "entry point"
-               else f"POSENC_PLUGINS={origin.get('source')}")
         raise ConfigError(f"{group} '{name}' is a plugin ({origin.get('object')} from {origin.get('origin')} "
-                          f"{origin.get('source')}) that is not loaded here: {how}") from None
+                          f"{origin.get('source')}) that is not loaded here: {how_to_load(origin)}") from None
+
+
+def how_to_load(origin: dict[str, Any]) -> str:
+    """How to load again the plugin a run recorded (``config.yaml``'s ``plugins`` entry, a
+    :class:`posenc.plugins.Origin` as a mapping): install its package, or name its file or module."""
+    if origin.get("origin") == "entry point":
+        return f"install {origin.get('source')}"
+    return f"POSENC_PLUGINS={origin.get('source')}"
 
 
 def check_mixer(mixer: str, encoder: str) -> None:

@@ -15,7 +15,7 @@ from posenc import files as run_files
 from posenc.analysis.run_folder import (config_difference, disagreement, metrics_disagreement, read_config,
                                         run_config)
 from posenc.analysis.store import without_neutral
-from posenc.config import RunConfig, run_config_from_dict
+from posenc.config import RunConfig, how_to_load, run_config_from_dict
 from posenc.errors import PosencError
 from posenc.files import CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, check_regular
 
@@ -117,10 +117,8 @@ def unregistered(config: dict[str, Any]) -> str | None:
         missing = f"its {group} '{key}' is not registered here"
         origin = plugins.get(group)
         if isinstance(origin, dict) and origin.get("source"):
-            load = (f"install {origin['source']}" if origin.get("origin") == "entry point"
-                    else f"POSENC_PLUGINS={origin['source']}")
             return (f"{missing}: it trained with the plugin {origin.get('object')} ({origin.get('origin')} "
-                    f"{origin['source']}); load it the same way ({load}; docs/extending.md)")
+                    f"{origin['source']}); load it the same way ({how_to_load(origin)}; docs/extending.md)")
         return f"{missing} (registered: {', '.join(registry)}); {PLUGIN_HOWTO.format(group=group)}"
     return None
 
