@@ -7,6 +7,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -225,6 +226,15 @@ def _command(name: str) -> str:
     return f"posenc {name} " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else f"posenc {name}"
 
 
+CompareLengthsOption = Annotated[
+    Optional[str],
+    typer.Option(metavar="LENGTHS", help="Comma-separated evaluation lengths (default: L/4, L/2, 3L/4 for a "
+                      "run trained on a range of lengths, L, every L/8 up to 2L, then doubling up to --up-to)."),
+]
+UpToOption = Annotated[int, typer.Option(metavar="LENGTH", help="Longest default evaluation length.")]
+ComparisonOutOption = Annotated[
+    Path, typer.Option(metavar="FOLDER", help="Folder for the tables, figures and report.md.")
+]
 ChooseOption = Annotated[
     Optional[str],
     typer.Option(metavar="KEY", help="A config key (e.g. train.lr): among runs that differ only in it, compare "
@@ -247,15 +257,9 @@ ExtendOption = Annotated[
 @app.command()
 def compare(
     runs: RunsOption = None,
-    lengths: Annotated[
-        Optional[str],
-        typer.Option(metavar="LENGTHS", help="Comma-separated evaluation lengths (default: L/4, L/2, 3L/4 for a "
-                          "run trained on a range of lengths, L, every L/8 up to 2L, then doubling up to --up-to)."),
-    ] = None,
-    up_to: Annotated[int, typer.Option(metavar="LENGTH", help="Longest default evaluation length.")] = 8192,
-    out: Annotated[
-        Path, typer.Option(metavar="FOLDER", help="Folder for the tables, figures and report.md.")
-    ] = DEFAULT_RESULTS,
+    lengths: CompareLengthsOption = None,
+    up_to: UpToOption = 8192,
+    out: ComparisonOutOption = DEFAULT_RESULTS,
     sequences: SequencesOption = None,
     device: DeviceOption = "auto",
     rope_scaling: ScalingOption = "none",
@@ -272,15 +276,9 @@ def compare(
 
     Reuses evaluations in OUT's tables, evaluates only missing (run, length) pairs, never trains.
     """
-    from posenc.extrapolate import distinct_runs, not_learned_note, run_facts, scaling_note
+    from posenc.extrapolate import not_learned_note, run_facts, scaling_note
     from posenc.extrapolate import extrapolate as run_extrapolation
-    from posenc.analysis.folders import check_destination
-    from posenc.analysis.pipeline import check_extendable, compare_into
-    from posenc.runs import find_runs
-    from posenc.analysis.selection import CHOICES_STEM, choose_runs, losing_runs
-    from posenc.analysis.run_folder import RunFolder
-    from posenc.analysis.store import read_results
-    from posenc.analysis.tables import read_table
+    from posenc.analysis.pipeline import compare_into
 
     unreadable: list[str] = []
     with one_line_errors(out), _beside(baseline, out, lengths, choose) as base:  # all or nothing
@@ -289,40 +287,71 @@ def compare(
             lengths, choose, extend = ",".join(map(str, base.lengths)), base.choose, True
         wanted, scalings = _checked_compare_options(lengths, up_to, rope_scaling, rope_factor, sequences, device,
                                                     choose)
-        weighable = extend and choose is not None  # candidates evaluated before, brought back without weights
-        found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable, weightless=weighable))
-        folders = {run: RunFolder.read(run) for run in found}  # each run's files read, its identity made, once
-        if base is not None:
-            base.check_configs({run: folder.config for run, folder in folders.items() if folder.config})
-        given = {folders[run].run_id for run in found}  # with --extend: these replace their past
-        choices = None
-        check_destination(out)
-        previous = read_results(out)  # read before the long work: a bad --out fails early
-        compared = check_extendable(out) if extend else set()
-        if choose is not None:  # with --extend: OUT's candidates are weighed too, and its losing runs leave
-            earlier = read_table(out, CHOICES_STEM) if extend else None
-            found, choices = choose_runs(found, [folders[run].config for run in found], choose, earlier)
-            if extend and previous is not None:
-                given |= losing_runs(previous.evaluations, choices, choose)
-        weightless = _weightless_runs(found, compared)
-        done = frozenset() if previous is None else previous.done()
-        evaluated = [run for run in found if run not in weightless]
-        new, skipped = run_extrapolation(evaluated, wanted, sequences=sequences, device=device, up_to=up_to,
-                                         scalings=scalings, done=done, allow_empty=previous is not None,
+        picked = _compared_runs(runs, out, base, choose, extend, unreadable)
+        done = frozenset() if picked.previous is None else picked.previous.done()
+        new, skipped = run_extrapolation(picked.evaluated, wanted, sequences=sequences, device=device, up_to=up_to,
+                                         scalings=scalings, done=done, allow_empty=picked.previous is not None,
                                          memory_check=memory_check, include_not_learned=include_not_learned,
                                          max_hours=max_hours)
         console.print(f"{len(new.evaluations)} new evaluations", highlight=False)
         if base is not None:  # the same sequences as the baseline's, or nothing is published
             base.check_fingerprints(new.evaluations)
-        run_ids = {folders[run].run_id for run in found}
-        comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), choices,
-                                                  extend=extend, replaced=given, facts=run_facts(folders[run] for run in found))
+        run_ids = {picked.folders[run].run_id for run in picked.found}
+        comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), picked.choices,
+                                                  extend=extend, replaced=picked.given,
+                                                  facts=run_facts(picked.folders[run] for run in picked.found))
     print_comparison(comparison)
-    print_notes(unreadable + skipped, same, scaling_note(new.evaluations, scalings),
+    print_notes(unreadable + skipped, picked.same, scaling_note(new.evaluations, scalings),
                 None if include_not_learned else not_learned_note(new.evaluations, wanted),
                 None if include_not_learned else not_learned_hint(comparison, wanted))  # its rows, old ones too
     console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
                   f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
+
+
+@dataclass
+class _ComparedRuns:
+    """The runs ``compare`` pools, and what OUT already holds."""
+
+    found: list[Path]  # the runs compared, one per run identity
+    same: list[str]  # notes on runs found twice (one kept)
+    folders: dict  # run path -> its RunFolder, read once
+    given: set[str]  # run ids whose evaluations in OUT these runs replace (with --extend)
+    choices: object  # with --choose: the table of values weighed, else None
+    previous: object  # OUT's results before this command (None: none)
+    evaluated: list[Path]  # the runs evaluated now (not the weightless ones OUT already covers)
+
+
+def _compared_runs(runs: list[Path] | None, out: Path, base, choose: str | None, extend: bool,
+                   unreadable: list[str]) -> _ComparedRuns:
+    """The runs ``compare`` pools: found under ``runs``, deduplicated, checked against the baseline, chosen by
+    ``choose`` (with ``extend``, OUT's candidates too); OUT checked and read before any long work."""
+    from posenc.extrapolate import distinct_runs
+    from posenc.analysis.folders import check_destination
+    from posenc.analysis.pipeline import check_extendable
+    from posenc.runs import find_runs
+    from posenc.analysis.selection import CHOICES_STEM, choose_runs, losing_runs
+    from posenc.analysis.run_folder import RunFolder
+    from posenc.analysis.store import read_results
+    from posenc.analysis.tables import read_table
+
+    weighable = extend and choose is not None  # candidates evaluated before, brought back without weights
+    found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable, weightless=weighable))
+    folders = {run: RunFolder.read(run) for run in found}  # each run's files read, its identity made, once
+    if base is not None:
+        base.check_configs({run: folder.config for run, folder in folders.items() if folder.config})
+    given = {folders[run].run_id for run in found}  # with --extend: these replace their past
+    choices = None
+    check_destination(out)
+    previous = read_results(out)  # read before the long work: a bad --out fails early
+    compared = check_extendable(out) if extend else set()
+    if choose is not None:  # with --extend: OUT's candidates are weighed too, and its losing runs leave
+        earlier = read_table(out, CHOICES_STEM) if extend else None
+        found, choices = choose_runs(found, [folders[run].config for run in found], choose, earlier)
+        if extend and previous is not None:
+            given |= losing_runs(previous.evaluations, choices, choose)
+    weightless = _weightless_runs(found, compared)
+    evaluated = [run for run in found if run not in weightless]
+    return _ComparedRuns(found, same, folders, given, choices, previous, evaluated)
 
 
 def _checked_compare_options(lengths: str | None, up_to: int, rope_scaling: str, rope_factor: float | None,

@@ -254,9 +254,22 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     train = _typed(TrainConfig, cfg["train"], "train")
     seed, device, progress = cfg.get("seed", 0), cfg.get("device", "auto"), cfg.get("progress", True)
     logger = _typed(LoggerConfig, cfg.get("logger") or {"name": "none"}, "logger", extra_to="options")
+    resume = cfg.get("resume", True)
+    _check_run_settings(seed, device, progress, resume, logger)
+    check_plugin_key(check_encoder_name, encoder.name, cfg.get("plugins"), "encoder")
+    check_plugin_key(check_task_name, task.name, cfg.get("plugins"), "task")
+    check_mixer(model.mixer, encoder.name)
+    _check_task(task)
+    _check_train(train)
+    return RunConfig(encoder, task, model, train, seed=seed, device=device, progress=progress, resume=resume,
+                     logger=logger)
+
+
+def _check_run_settings(seed: object, device: object, progress: object, resume: object,
+                        logger: LoggerConfig) -> None:
+    """The top-level keys of a run's configuration, each in its range (:class:`ConfigError` otherwise)."""
     if logger.name not in TRACKERS:
         raise ConfigError(f"unknown logger '{logger.name}'; known loggers: {', '.join(TRACKERS)}")
-    resume = cfg.get("resume", True)
     if type(seed) is not int or not 0 <= seed <= MAX_SEED:
         raise ConfigError(f"seed must be an integer in 0..2**63-1, got {seed!r}")
     if device not in ("auto", "cpu", "cuda"):
@@ -266,9 +279,9 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     if type(resume) not in (bool, str) or resume == "":
         raise ConfigError(f"resume must be true, false or a run directory, got {resume!r}")
 
-    check_plugin_key(check_encoder_name, encoder.name, cfg.get("plugins"), "encoder")
-    check_plugin_key(check_task_name, task.name, cfg.get("plugins"), "task")
-    check_mixer(model.mixer, encoder.name)
+
+def _check_task(task: TaskConfig) -> None:
+    """The task group's lengths and length draw, each in its range (:class:`ConfigError` otherwise)."""
     if not 1 <= task.length <= MAX_LENGTH:
         raise ConfigError(f"task.length must be between 1 and {MAX_LENGTH}, got {task.length}")
     if task.variable_length and task.min_length is not None and (type(task.min_length) is not int or not 1 <= task.min_length <= task.length):
@@ -276,6 +289,10 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
                           f"got {task.min_length!r}")
     if task.length_draw not in ("example", "batch"):
         raise ConfigError(f"task.length_draw must be example or batch, got {task.length_draw!r}")
+
+
+def _check_train(train: TrainConfig) -> None:
+    """The train group's settings, each in its range and consistent (:class:`ConfigError` otherwise)."""
     if not 0 < train.target_exact_match <= 1:
         raise ConfigError(f"train.target_exact_match must be in (0, 1], got {train.target_exact_match}")
     if train.check_every < 0:
@@ -298,8 +315,6 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"train.precision must be one of auto, fp32, bf16; got {train.precision!r}")
     if train.warmup_steps < 0 or train.weight_decay < 0 or train.grad_clip < 0:
         raise ConfigError("train.warmup_steps, train.weight_decay and train.grad_clip must be >= 0")
-    return RunConfig(encoder, task, model, train, seed=seed, device=device, progress=progress, resume=resume,
-                     logger=logger)
 
 
 def plugin_config(registry, key: str) -> dict[str, Any]:

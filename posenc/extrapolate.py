@@ -10,6 +10,7 @@ import os
 import time
 from pathlib import Path
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -179,7 +180,41 @@ def extrapolate(
     from posenc.functional.rope_scaling_spec import RopeScaling
 
     dev = resolve_device(device)
-    scalings = scalings or [RopeScaling(NO_SCALING)]
+    work = _plan(runs, lengths, up_to, scalings or [RopeScaling(NO_SCALING)], done, include_not_learned)
+    if memory_check:
+        check_memory(work.configs, work.wanted, work.scalings, sequences)
+    check_time(work.configs, work.wanted, work.scalings, sequences, dev, max_hours, progress)
+    parts, skipped = [], work.skipped
+    with make_progress(progress, fields="{task.fields[current]}", lines=True) as bar:
+        total = sum(len(work.wanted[run]) * len(work.scalings[run]) for run in work.runs)  # x depths once loaded
+        job = bar.add_task("evaluate", total=total, current="")
+        for run in work.runs:
+            if work.wanted[run]:  # else everything is already evaluated
+                total = _evaluate_run(run, work.wanted[run], work.scalings[run], _about(work.folders[run]), dev,
+                                      sequences, done, (bar, job, total), parts, skipped)
+    if not parts and (allow_empty or not skipped):
+        return Results.empty(), skipped
+    if not parts:
+        first = skipped[0]
+        raise PosencError(first if len(skipped) == 1 else f"none of {len(skipped)} runs could be evaluated; {first}")
+    return Results.concat(parts), skipped
+
+
+@dataclass
+class _Plan:
+    """What :func:`extrapolate` evaluates, worked out before any checkpoint is loaded."""
+
+    runs: list[Path]  # the runs that can be evaluated (finished, readable)
+    folders: dict[Path, RunFolder]  # each run's files, read once
+    configs: dict[Path, dict]  # each run's config.yaml mapping
+    scalings: dict[Path, list[RopeScaling]]  # each run's RoPE scalings (:func:`scalings_for`)
+    wanted: dict[Path, list[int]]  # each run's lengths not yet evaluated under some scaling
+    skipped: list[str]  # one line per run left out, saying why
+
+
+def _plan(runs: list[Path], lengths: list[int] | None, up_to: int, scalings: list[RopeScaling],
+          done: frozenset[tuple[str, int, str]], include_not_learned: bool) -> _Plan:
+    """The runs :func:`extrapolate` can evaluate and, for each, its scalings and the lengths still to do."""
     folders = {run: RunFolder.read(run) for run in runs}  # each run's files read once; no checkpoint loaded yet
     problems = {run: run_problem(folders[run]) for run in runs}  # unfinished or damaged: skipped, said why
     skipped = [problems[run] for run in runs if problems[run]]
@@ -191,23 +226,7 @@ def extrapolate(
     wanted = {run: [n for n in _lengths_for(folders[run], lengths, up_to, folders[run].identity.config_id not in missed)
                     if any((folders[run].run_id, n, scaling_label(sc)) not in done for sc in plan[run])]
               for run in runs}
-    if memory_check:
-        check_memory(configs, wanted, plan, sequences)
-    check_time(configs, wanted, plan, sequences, dev, max_hours, progress)
-    parts = []
-    with make_progress(progress, fields="{task.fields[current]}", lines=True) as bar:
-        total = sum(len(wanted[run]) * len(plan[run]) for run in runs)  # x depths once a run is loaded
-        job = bar.add_task("evaluate", total=total, current="")
-        for run in runs:
-            if wanted[run]:  # else everything is already evaluated
-                total = _evaluate_run(run, wanted[run], plan[run], _about(folders[run]), dev,
-                                      sequences, done, (bar, job, total), parts, skipped)
-    if not parts and (allow_empty or not skipped):
-        return Results.empty(), skipped
-    if not parts:
-        first = skipped[0]
-        raise PosencError(first if len(skipped) == 1 else f"none of {len(skipped)} runs could be evaluated; {first}")
-    return Results.concat(parts), skipped
+    return _Plan(runs, folders, configs, plan, wanted, skipped)
 
 
 def _held_back_configs(folders) -> set[str]:

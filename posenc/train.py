@@ -158,8 +158,7 @@ def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: di
         trained = learned_at if learned_at is not None and t.stop_at_mastery else step
         metrics = _final_metrics(cfg, evaluate(model, task, cfg.task.length, t.eval_sequences), trained, seconds,
                                  device, n_params, learned_at, checks, (lo, hi), check_at)
-        identity = run_identity(config_dict)  # metrics.json names its run: checked against the folder's others
-        metrics.update(run_id=identity.run_id, config_id=identity.config_id)
+        metrics.update(_identity_of(config_dict))
         checkpoint(trained)
         _record(run_dir, history, metrics, tracker)
         _log_outcome(cfg, metrics, seconds, (lo, hi), task)
@@ -247,6 +246,12 @@ def _record(run_dir: Path, history: list[dict], metrics: dict[str, Any], tracker
     run_files.write_json(run_dir / run_files.METRICS_FILE, metrics)
     tracker.log_final(metrics, [run_dir / name for name in (run_files.CONFIG_FILE, run_files.HISTORY_FILE,
                                                             run_files.METRICS_FILE)])
+
+
+def _identity_of(config_dict: dict[str, Any]) -> dict[str, str]:
+    """metrics.json names its run and configuration: checked against the folder's other files."""
+    identity = run_identity(config_dict)
+    return {"run_id": identity.run_id, "config_id": identity.config_id}
 
 
 def _final_metrics(cfg: RunConfig, final: dict, trained: int, seconds: float, device, n_params: int,
