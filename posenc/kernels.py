@@ -41,11 +41,11 @@ import torch
 from torch import Tensor
 
 from posenc import arguments
-from posenc import functional as F
+from posenc import functional as pf
+from posenc.analysis.kernel_views import UNTRAINED
 from posenc.encoders import AttentionShape, PositionalEncoder, build_encoder
 from posenc.errors import PosencError, PositionRangeError
 from posenc.functional.rope_scaling_spec import RopeScaling
-from posenc.analysis.kernel_views import UNTRAINED
 
 #: Shape of the untrained default encoders: conf/model/small.yaml (d_model 128, 4 heads -> head_dim 32).
 DEFAULT_SHAPE = AttentionShape(d_model=128, n_heads=4)
@@ -132,7 +132,7 @@ def rotary_components(encoder: PositionalEncoder, distances: Tensor, positions: 
     factors = _pairs(qu[0, :, m])[:, None, :] * _pairs(ku[0, :, keys]).conj()  # [n_h, n, D/2]
     at_zero_pairs = (_pairs(qu[0, :, m]) * _pairs(ku[0, :, m]).conj()).abs()  # [n_h, D/2]
     factors = factors / at_zero_pairs[:, None, :]  # a constant attention scale (YaRN's) is no decay
-    return {"rotary": score / at_zero, "rotary_bound": F.relative_bound(factors)}
+    return {"rotary": score / at_zero, "rotary_bound": pf.relative_bound(factors)}
 
 
 def bias_component(encoder: PositionalEncoder, distances: Tensor, positions: Tensor) -> Tensor | None:
@@ -274,8 +274,8 @@ def kernel_table(
     factor: float,
 ) -> Kernel:
     """Kernels of the untrained default encoders ``names`` and of the trained ``runs`` (their own encoder)."""
-    from posenc.runs import load_run
     from posenc.analysis.tables import describe_run
+    from posenc.runs import load_run
 
     arguments.check_max_distance(max_distance)
     arguments.check_factor(factor)

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from rich.console import Console
 from rich.table import Table
 
-from posenc import functional as PF
+from posenc import functional as pf
 from posenc.encoders import ENCODERS, build_encoder
 from posenc.errors import PosencError, PositionRangeError
 from posenc.files import atomic_write_text
@@ -439,9 +439,9 @@ def rope_section(args, device) -> pd.DataFrame:
     b, h, s, d = (2, 4, 256, 32) if args.quick else (8, 4, 2048, 32)
     qkv = torch.randn(b, s, 3 * h * d, device=device)
     q = qkv[..., : h * d].view(b, s, h, d).transpose(1, 2)  # [b, h, s, d], as attention sees it
-    inv_freq = PF.rope_inv_freq(d, device=device)
-    rotation = PF.rope_rotation(torch.arange(s, device=device), inv_freq)
-    angles = PF.rope_angles(torch.arange(s, device=device), inv_freq).float()
+    inv_freq = pf.rope_inv_freq(d, device=device)
+    rotation = pf.rope_rotation(torch.arange(s, device=device), inv_freq)
+    angles = pf.rope_angles(torch.arange(s, device=device), inv_freq).float()
     cos, sin = torch.cat((angles.cos(), angles.cos()), -1), torch.cat((angles.sin(), angles.sin()), -1)
 
     def rotate_half() -> torch.Tensor:
@@ -449,8 +449,8 @@ def rope_section(args, device) -> pd.DataFrame:
         return q * cos + torch.cat((-x2, x1), dim=-1) * sin
 
     rows = []
-    for name, fn in (("posenc apply_rotation (complex, cached)", lambda: PF.apply_rotation(q, rotation)),
-                     ("posenc apply_rope (table computed per call)", lambda: PF.apply_rope(q, torch.arange(s, device=device), inv_freq)),
+    for name, fn in (("posenc apply_rotation (complex, cached)", lambda: pf.apply_rotation(q, rotation)),
+                     ("posenc apply_rope (table computed per call)", lambda: pf.apply_rope(q, torch.arange(s, device=device), inv_freq)),
                      ("rotate_half (cos/sin cached)", rotate_half)):
         rows.append({"kernel": name, "shape": f"[{b}, {h}, {s}, {d}]", "ms": 1e3 * best_time(fn, device, 20)})
     table = pd.DataFrame(rows)

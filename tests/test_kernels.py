@@ -10,7 +10,7 @@ from conftest import compose_dict
 from rounding import gamma, unit_roundoff
 from typer.testing import CliRunner
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.cli import app
 from posenc.encoders import build_encoder
 from posenc.functional.rope_scaling import ROPE_SCALING
@@ -45,9 +45,9 @@ def test_default_shape_and_train_length_are_the_configs():
 
 
 def test_roformer_bound_decays_and_equals_the_paper_sum():
-    inv_freq = F.rope_inv_freq(HEAD_DIM, 10000.0, dtype=torch.float64)
+    inv_freq = pf.rope_inv_freq(HEAD_DIM, 10000.0, dtype=torch.float64)
     distances = torch.arange(2049)
-    bound = F.roformer_bound(distances, inv_freq)
+    bound = pf.roformer_bound(distances, inv_freq)
     assert bound[0].item() == pytest.approx((HEAD_DIM / 2 + 1) / 2)  # S_j = j at distance 0
     assert bound[1024:].mean() < 0.35 * bound[0]  # long-term decay (RoFormer §3.4.3, Fig. 2)
     assert bound[1024:].mean() < bound[1:64].mean()
@@ -63,7 +63,7 @@ def test_hook_kernel_of_rope_is_the_formula():
     table = kernel(encoder, 300, name="rope").table
     assert list(table.columns) == COLUMNS
     assert set(table["component"]) == {"rotary", "rotary_bound"}  # no bias, no absolute table
-    assert torch.equal(encoder.inv_freq, F.rope_inv_freq(HEAD_DIM, 10000.0))  # the formula, in float32
+    assert torch.equal(encoder.inv_freq, pf.rope_inv_freq(HEAD_DIM, 10000.0))  # the formula, in float32
     inv_freq = encoder.inv_freq.double()  # what the kernel rotates by: then both sides are float64
     distances = torch.arange(301)
     bound = curve(table, "rotary_bound")
@@ -71,7 +71,7 @@ def test_hook_kernel_of_rope_is_the_formula():
     # float64 throughout: each angle (at most 300 rad) 300 u off, each factor's cos, sin and product a few u
     # more; a partial sum of up to 16 unit factors, or the mean of 32 products: at most 2 * 32 * 304 u
     tolerance = 2 * 32 * 304 * unit_roundoff(torch.float64)
-    torch.testing.assert_close(torch.tensor(bound["value"].values), F.roformer_bound(distances, inv_freq),
+    torch.testing.assert_close(torch.tensor(bound["value"].values), pf.roformer_bound(distances, inv_freq),
                                rtol=0, atol=tolerance)
     score = torch.tensor(curve(table, "rotary")["value"].values)  # all-ones q.k = mean_j cos(d theta_j)
     torch.testing.assert_close(score, torch.cos(torch.outer(distances.double(), inv_freq)).mean(-1),
@@ -82,7 +82,7 @@ def test_alibi_kernel_is_minus_slope_times_distance():
     encoder = build_encoder("alibi", DEFAULT_SHAPE, DEFAULT_TRAIN_LENGTH)
     table = kernel(encoder, 512, name="alibi").table
     assert set(table["component"]) == {"bias"}
-    slopes = F.alibi_slopes(DEFAULT_SHAPE.n_heads).tolist()
+    slopes = pf.alibi_slopes(DEFAULT_SHAPE.n_heads).tolist()
     for head, rows in table.groupby("head"):
         assert (rows["value"].values == [-slopes[head] * d for d in rows["distance"]]).all()
     assert sorted(table["head"].unique()) == list(range(DEFAULT_SHAPE.n_heads))
@@ -103,9 +103,9 @@ def test_sinusoidal_kernel_is_the_cosine_of_position_vectors():
 
 
 def test_ntk_scaling_decays_slower_than_plain_rope():
-    plain = F.roformer_bound(torch.arange(2049), F.rope_inv_freq(HEAD_DIM, 10000.0, dtype=torch.float64))
+    plain = pf.roformer_bound(torch.arange(2049), pf.rope_inv_freq(HEAD_DIM, 10000.0, dtype=torch.float64))
     inv_freq, _ = ROPE_SCALING["ntk"](HEAD_DIM, 10000.0, 4.0, DEFAULT_TRAIN_LENGTH, 2048)
-    ntk = F.roformer_bound(torch.arange(2049), inv_freq)
+    ntk = pf.roformer_bound(torch.arange(2049), inv_freq)
     for fraction in (0.5, 0.25):
         assert first_below(ntk, fraction) > first_below(plain, fraction)
     # Through the encoder's set_rope_scaling, as `posenc kernels --rope-scaling ntk` draws it: the same curve.
@@ -114,7 +114,7 @@ def test_ntk_scaling_decays_slower_than_plain_rope():
     assert set(table["scaling"]) == {"none", "ntk", "yarn"}
     assert table.loc[table["scaling"] == "none", "scaling_factor"].isna().all()
     drawn = torch.tensor(curve(table, "rotary_bound", "ntk")["value"].values)
-    rounded = F.roformer_bound(torch.arange(2049), inv_freq.float().double())  # the encoder's float32 frequencies
+    rounded = pf.roformer_bound(torch.arange(2049), inv_freq.float().double())  # the encoder's float32 frequencies
     # then float64 on both sides, as test_hook_kernel_of_rope_is_the_formula: angles up to 2048 rad
     torch.testing.assert_close(drawn, rounded, rtol=0, atol=2 * 32 * 2052 * unit_roundoff(torch.float64))
     as_trained = torch.tensor(curve(table, "rotary_bound")["value"].values)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 import posenc
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.encoders import AttentionShape, PositionalEncoder
 from posenc.errors import ConfigError
 
@@ -41,7 +41,7 @@ class LogALiBi(PositionalEncoder):
         if not scale > 0:
             raise ConfigError(f"encoder.scale must be > 0, got {scale}")
         self.scale = scale
-        self.register_buffer("slopes", scale * F.alibi_slopes(shape.n_heads), persistent=False)
+        self.register_buffer("slopes", scale * pf.alibi_slopes(shape.n_heads), persistent=False)
 
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         """``[n_h, s_q, s_k]``; future entries (``j > i``) are masked by attention, here clamped to 0."""

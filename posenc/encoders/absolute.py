@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.encoders.base import AttentionShape, PositionalEncoder
 from posenc.errors import PositionRangeError
 
@@ -23,7 +23,7 @@ class Sinusoidal(PositionalEncoder):
         self.base = base
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        table = F.sinusoidal_table(positions, self.shape.d_model, self.base).to(x.dtype)  # [s, d]
+        table = pf.sinusoidal_table(positions, self.shape.d_model, self.base).to(x.dtype)  # [s, d]
         return x + table
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.encoders.base import AttentionShape, PositionalEncoder, as_is
 
 
@@ -19,10 +19,10 @@ class ALiBi(PositionalEncoder):
 
     def __init__(self, shape: AttentionShape, train_length: int) -> None:
         super().__init__(shape, train_length)
-        self.register_buffer("slopes", F.alibi_slopes(shape.n_heads), persistent=False)
+        self.register_buffer("slopes", pf.alibi_slopes(shape.n_heads), persistent=False)
 
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-        return F.alibi_bias(self.slopes, q_positions, k_positions)  # [n_h, s_q, s_k]
+        return pf.alibi_bias(self.slopes, q_positions, k_positions)  # [n_h, s_q, s_k]
 
     def linear_bias_slopes(self) -> Tensor:
         return self.slopes

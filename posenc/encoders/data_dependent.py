@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.encoders.base import AttentionShape, DataBias, KeyBias, OwnAttention, PositionalEncoder
 from posenc.errors import ConfigError
 
@@ -77,18 +77,18 @@ class _CoPELayer(PositionalEncoder):
             future = torch.arange(stop, device=q.device)[None, :] > torch.arange(start, stop, device=q.device)[:, None]
             # counts in float32 at least: bfloat16 cannot count past 256, nor weigh interpolation finely
             logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-            positions = F.cope_positions(logits.masked_fill(future, float("-inf")))
-            return F.cope_bias(q_block.to(positions.dtype), self.pos_emb.to(positions.dtype), positions)
+            positions = pf.cope_positions(logits.masked_fill(future, float("-inf")))
+            return pf.cope_bias(q_block.to(positions.dtype), self.pos_emb.to(positions.dtype), positions)
 
         def attend(v: Tensor, dropout_p: float) -> Tensor:
             seq, band = q.shape[-2], self.band()
             if (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and not dropout_p
                     and seq >= 2 * band and not (torch.is_grad_enabled() and self.pos_emb.requires_grad)):
                 with torch.no_grad():
-                    out = F.cope_band_attention(q, k, v, self.pos_emb, band, COPE_BAND_QUERY_BLOCK)
+                    out = pf.cope_band_attention(q, k, v, self.pos_emb, band, COPE_BAND_QUERY_BLOCK)
                 if out is not None:
                     return out
-            return F.cope_attention(q, k, v, self.pos_emb, dropout_p)  # the logits once for gates and scores
+            return pf.cope_attention(q, k, v, self.pos_emb, dropout_p)  # the logits once for gates and scores
 
         return OwnAttention(attend, bias)
 
@@ -119,9 +119,9 @@ class _FoXLayer(PositionalEncoder):
         self.gate = nn.Linear(shape.d_model, shape.n_heads)  # w_f, b_f per head
 
     def data_bias(self, x: Tensor, q: Tensor, k: Tensor) -> DataBias:
-        log_lambda = F.fox_log_lambda(self.gate(x))  # [b, n_h, s]
+        log_lambda = pf.fox_log_lambda(self.gate(x))  # [b, n_h, s]
         # c_i - c_j: the query's c_i is a constant of its softmax row, so attention needs only -c_j
-        return KeyBias(-log_lambda, lambda start, stop: F.fox_bias(log_lambda, start, stop))
+        return KeyBias(-log_lambda, lambda start, stop: pf.fox_bias(log_lambda, start, stop))
 
 
 class PoPE(PositionalEncoder):
@@ -143,10 +143,10 @@ class PoPE(PositionalEncoder):
         if not base > 1:
             raise ConfigError(f"encoder.base must be > 1, got {base}")
         self.base = base
-        self.register_buffer("inv_freq", F.pope_inv_freq(shape.head_dim, base), persistent=False)
+        self.register_buffer("inv_freq", pf.pope_inv_freq(shape.head_dim, base), persistent=False)
         self.phase = nn.Parameter(torch.zeros(shape.n_heads, shape.head_dim))  # delta [n_h, h_d]
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         inv_freq = self.inv_freq.to(torch.float64 if q.dtype == torch.float64 else torch.float32)
-        return F.pope_qk(q, k, positions, inv_freq, self.phase.to(inv_freq.dtype))
+        return pf.pope_qk(q, k, positions, inv_freq, self.phase.to(inv_freq.dtype))
 

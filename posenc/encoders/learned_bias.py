@@ -12,10 +12,10 @@ import math
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F_nn
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.encoders.base import AttentionShape, PositionalEncoder, as_is
 from posenc.errors import ConfigError
 
@@ -54,7 +54,7 @@ class T5Bias(PositionalEncoder):
         self.table = nn.Parameter(torch.randn(num_buckets, shape.n_heads) * shape.d_model**-0.5)
 
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-        return F.t5_bias(self.table, q_positions, k_positions, self.max_distance)  # [n_h, s_q, s_k]
+        return pf.t5_bias(self.table, q_positions, k_positions, self.max_distance)  # [n_h, s_q, s_k]
 
     def far_bias(self) -> tuple[int, Tensor]:
         return self.max_distance, self.table[self.num_buckets - 1]  # every distance >= max_distance: last bucket
@@ -63,7 +63,7 @@ class T5Bias(PositionalEncoder):
         """The bias of every causal distance ``0 .. length-1``, ``[n_h, length]``: ``score_bias(i, j)`` is
         ``distance_table[:, i - j]``."""
         distance = torch.arange(length, device=self.table.device)
-        return self.table[F.t5_relative_bucket(-distance, self.num_buckets, self.max_distance)].T
+        return self.table[pf.t5_relative_bucket(-distance, self.num_buckets, self.max_distance)].T
 
     def score_mod(self, length: int, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
         table = capture(self.distance_table(length))  # [n_h, length]
@@ -107,7 +107,7 @@ class KerpleLog(PositionalEncoder):
 
     def score_bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         r1, r2 = self.positive_parameters()
-        return F.kerple_log_bias(r1, r2, q_positions, k_positions)  # [n_h, s_q, s_k]
+        return pf.kerple_log_bias(r1, r2, q_positions, k_positions)  # [n_h, s_q, s_k]
 
     def distance_table(self, length: int) -> Tensor:
         """``-r1_h log(1 + r2_h d)`` for every distance ``d = 0 .. length-1``, ``[n_h, length]``."""
@@ -182,15 +182,16 @@ class FIRE(PositionalEncoder):
 
     def score_mod(self, length: int, capture: Callable[[Tensor], Tensor] = as_is) -> Callable[..., Tensor]:
         positions = torch.arange(length, device=self.c.device, dtype=self.c.dtype)
-        psi = capture(F.fire_psi(positions, self.c))  # [length]: psi(i - j) by distance
-        inv_norm = capture(1 / (F.fire_psi(torch.maximum(positions, self.threshold), self.c) + self.eps))  # by query
+        psi = capture(pf.fire_psi(positions, self.c))  # [length]: psi(i - j) by distance
+        # [length]: 1 / (psi(max(i, L)) + eps), by query i
+        inv_norm = capture(1 / (pf.fire_psi(torch.maximum(positions, self.threshold), self.c) + self.eps))
         # x lies in [0, 1]: units that do not bend there fold into one linear term per head
-        w1, b1, w2, slope, intercept = F.fire_mlp_on_unit_interval(self.w1, self.b1, self.w2, self.b2)
+        w1, b1, w2, slope, intercept = pf.fire_mlp_on_unit_interval(self.w1, self.b1, self.w2, self.b2)
         # The kernel unrolls its loop over the units, so each count is a kernel of its own: padded with zero
         # units to a multiple of 8, trained models share a few (`variant` names which, see CausalAttention.flex)
         width = -(-w1.shape[0] // 8) * 8
         pad = width - w1.shape[0]
-        w1, b1, w2 = F_nn.pad(w1, (0, pad)), F_nn.pad(b1, (0, pad)), F_nn.pad(w2, (0, pad))
+        w1, b1, w2 = F.pad(w1, (0, pad)), F.pad(b1, (0, pad)), F.pad(w2, (0, pad))
         # One captured tensor per unit and parameter, each indexed once, by head: FlexAttention's compiled
         # backward takes a single index of a captured tensor that requires grad (inductor refused w1[unit]
         # per unit on the H200). Clones, not views: inductor's CPU template fails to lower captured views of
@@ -217,7 +218,7 @@ class FIRE(PositionalEncoder):
         per_row = k_positions.numel() * (self.shape.n_heads + 3)  # x, piece index, bias per head, temporaries
         rows = max(1, self.FIRE_CHUNK_ELEMENTS // max(1, per_row))
         chunks = [
-            F.fire_bias(q_positions[start : start + rows], k_positions, *params, eps=self.eps)
+            pf.fire_bias(q_positions[start : start + rows], k_positions, *params, eps=self.eps)
             for start in range(0, q_positions.numel(), rows)
         ]
         return chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=1)  # [n_h, s_q, s_k]

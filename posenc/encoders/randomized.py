@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.encoders.absolute import Sinusoidal
 from posenc.encoders.base import MAX_LENGTH, AttentionShape, PositionalEncoder
 from posenc.encoders.rotary import RoPE
@@ -84,7 +84,7 @@ class Randomized(PositionalEncoder):
         length = positions.shape[0]
         self.check_positions(length)
         if self.training and torch.is_grad_enabled():
-            return F.randomized_positions(length, self.max_position, device=positions.device)
+            return pf.randomized_positions(length, self.max_position, device=positions.device)
         return self.eval_positions(length, positions.device)
 
     def eval_positions(self, length: int, device: torch.device | str = "cpu") -> Tensor:
@@ -95,7 +95,7 @@ class Randomized(PositionalEncoder):
             generator = torch.Generator().manual_seed(EVAL_POSITION_SEED * 1_000_003 + length)
             if len(self._eval_positions) >= 8:
                 self._eval_positions.pop(next(iter(self._eval_positions)))
-            self._eval_positions[key] = F.randomized_positions(length, self.max_position, generator, device)
+            self._eval_positions[key] = pf.randomized_positions(length, self.max_position, generator, device)
         return self._eval_positions[key]
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:

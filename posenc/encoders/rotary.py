@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.encoders.base import AttentionShape, DataBias, OwnAttention, PositionalEncoder
 from posenc.errors import ConfigError
 from posenc.functional.rope_scaling_spec import RopeScaling
@@ -53,7 +53,7 @@ class RotaryEncoder(PositionalEncoder):
         self.base = base
         self.rotary_dim = shape.head_dim if rotary_dim is None else rotary_dim
         self.spectrum_dim = self.rotary_dim if spectrum_dim is None else spectrum_dim
-        inv_freq = F.rope_inv_freq(self.spectrum_dim, base)[: self.rotary_dim // 2]  # [rotary_dim/2]
+        inv_freq = pf.rope_inv_freq(self.spectrum_dim, base)[: self.rotary_dim // 2]  # [rotary_dim/2]
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self._scaling: RopeScaling | None = type(self).default_scaling
         # (query, key) rotation tables per positions tensor: computed once per forward, not per layer.
@@ -106,8 +106,8 @@ class RotaryEncoder(PositionalEncoder):
     # -- rotations -------------------------------------------------------------------------------------
 
     def rotations(self, positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """The complex ``(query, key)`` factors ``[s, rotary_dim/2]`` for ``F.apply_rotation``."""
-        rotation = F.rope_rotation(positions, inv_freq, dtype)
+        """The complex ``(query, key)`` factors ``[s, rotary_dim/2]`` for ``pf.apply_rotation``."""
+        rotation = pf.rope_rotation(positions, inv_freq, dtype)
         return rotation, rotation
 
     def rotation_tables(self, positions: Tensor, length: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -120,11 +120,11 @@ class RotaryEncoder(PositionalEncoder):
         rq, rk = self.rotation_tables(positions, q.shape[-2], _complex_dtype(q))
         r = self.rotary_dim
         if r == q.shape[-1]:
-            return F.apply_rotation(q, rq), F.apply_rotation(k, rk)
+            return pf.apply_rotation(q, rq), pf.apply_rotation(k, rk)
         # q[..., :r] of a (possibly strided) q is still pair-aligned, so apply_rotation needs no copy.
         return (
-            torch.cat((F.apply_rotation(q[..., :r], rq), q[..., r:]), dim=-1),
-            torch.cat((F.apply_rotation(k[..., :r], rk), k[..., r:]), dim=-1),
+            torch.cat((pf.apply_rotation(q[..., :r], rq), q[..., r:]), dim=-1),
+            torch.cat((pf.apply_rotation(k[..., :r], rk), k[..., r:]), dim=-1),
         )
 
     def _scaled_rotations(self, positions: Tensor, length: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -286,7 +286,7 @@ class XPos(RotaryEncoder):
         train_length: int,
         *,
         base: float = 10000.0,
-        gamma: float = F.XPOS_GAMMA,
+        gamma: float = pf.XPOS_GAMMA,
         scale_base: float | None = None,
     ) -> None:
         super().__init__(shape, train_length, base)
@@ -296,7 +296,7 @@ class XPos(RotaryEncoder):
             raise ConfigError(f"xpos needs gamma > 0 and scale_base > 0, got {gamma}, {scale_base}")
         self.gamma = gamma
         self.scale_base = scale_base
-        self._log_zeta_min = -math.log(float(F.xpos_zeta(shape.head_dim, gamma).min()))
+        self._log_zeta_min = -math.log(float(pf.xpos_zeta(shape.head_dim, gamma).min()))
         # positions tensor -> its span (max - min), computed once per tensor (the model reuses one per length)
         self._spans: dict[int, tuple[Tensor, float]] = {}
 
@@ -319,7 +319,7 @@ class XPos(RotaryEncoder):
     def rotations(self, positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """RoPE rotations at ``inv_freq`` (scaled, if a scaling is set) times xPos's unchanged decay: centred
         factors, or on the relative path the factors seen from the last position."""
-        rotations = F.xpos_last_rotations if self.relative(positions) else F.xpos_rotations
+        rotations = pf.xpos_last_rotations if self.relative(positions) else pf.xpos_rotations
         return rotations(positions, inv_freq, self.shape.head_dim, self.gamma, self.scale_base, dtype)
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
@@ -331,9 +331,9 @@ class XPos(RotaryEncoder):
     def _relative_rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         # RoPE's rotation; RoPE times the decay seen from the last position
         rq, rk = self.rotation_tables(positions, q.shape[-2], _complex_dtype(q))
-        q_rot, k_seen = F.apply_rotation(q, rq), F.apply_rotation(k, rk)
+        q_rot, k_seen = pf.apply_rotation(q, rq), pf.apply_rotation(k, rk)
         # what data_bias needs and the attention's q . k lacks: the keys with RoPE's rotation only
-        k_seen.__dict__["_xpos_relative"] = (F.apply_rotation(k, rq), positions)
+        k_seen.__dict__["_xpos_relative"] = (pf.apply_rotation(k, rq), positions)
         return q_rot, k_seen
 
     @torch.compiler.disable  # reads what _relative_rotate carried in k's __dict__ (the GPU check found
@@ -356,14 +356,15 @@ class XPos(RotaryEncoder):
         positions = positions.to(torch.float64)  # distances to a window's end, exactly
         head_dim, scale = q.shape[-1], 1.0 / math.sqrt(q.shape[-1])  # scaled_dot_product_attention's default
         origin = float(positions.min())
-        window, width = F.xpos_windows(positions, origin, head_dim, self.gamma, self.scale_base)
+        window, width = pf.xpos_windows(positions, origin, head_dim, self.gamma, self.scale_base)
         both_keys: dict[int, Tensor] = {}  # window -> [b, n_h, 2 h_d, s]: its decayed keys and -k_seen
 
         def keys_for(w: int) -> Tensor:
             if w not in both_keys:
                 both_keys.clear()  # one window at a time: memory of two k's
                 centre = origin + (w + 1) * width
-                decay = F.xpos_decay((centre - positions).clamp(min=0), head_dim, self.gamma, self.scale_base)
+                distance = (centre - positions).clamp(min=0)
+                decay = pf.xpos_decay(distance, head_dim, self.gamma, self.scale_base)
                 both = torch.cat((keys * decay.to(keys.dtype), -k), dim=-1)  # [b, n_h, s, 2 h_d]
                 both_keys[w] = both.transpose(-1, -2).contiguous()
             return both_keys[w]
@@ -377,7 +378,7 @@ class XPos(RotaryEncoder):
                 if out is not None:
                     rows = rows[windows == w]
                 centre = origin + (w + 1) * width
-                decay = F.xpos_decay(positions[rows] - centre, head_dim, self.gamma, self.scale_base)
+                decay = pf.xpos_decay(positions[rows] - centre, head_dim, self.gamma, self.scale_base)
                 mine = q.index_select(-2, rows)
                 both = torch.cat((mine * (decay * scale).to(q.dtype), mine * scale), dim=-1)  # [.., r, 2 h_d]
                 scored = both @ keys_for(w)[..., :stop]
@@ -392,6 +393,6 @@ class XPos(RotaryEncoder):
             fused = (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and not dropout_p
                      and not (torch.is_grad_enabled() and q.requires_grad)
                      and torch.equal(positions, torch.arange(positions.numel(), dtype=positions.dtype)))
-            return F.xpos_window_attention(q, keys, v, self.gamma, self.scale_base) if fused else None
+            return pf.xpos_window_attention(q, keys, v, self.gamma, self.scale_base) if fused else None
 
         return OwnAttention(attend, bias)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.encoders import AttentionShape, build_encoder
 from posenc.errors import PositionRangeError
 
@@ -24,5 +24,5 @@ def test_sinusoidal_adds_the_table_to_the_embeddings():
     # so the encoder itself only adds its table.
     encoder = build_encoder("sinusoidal", SHAPE, 16)
     x = torch.randn(1, 6, 32)
-    expected = x + F.sinusoidal_table(torch.arange(6), 32)
+    expected = x + pf.sinusoidal_table(torch.arange(6), 32)
     torch.testing.assert_close(encoder.embed(x, torch.arange(6)), expected)

@@ -5,12 +5,12 @@ import math
 
 import pytest
 import torch
+from rounding import gamma
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.attention import CausalAttention
 from posenc.encoders import AttentionShape, build_encoder
 from posenc.model import ModelConfig, Transformer
-from rounding import gamma
 
 SHAPE = AttentionShape(d_model=32, n_heads=4)
 CFG = ModelConfig(vocab_size=18, d_model=32, n_heads=4, n_layers=3, d_mlp=64)
@@ -45,7 +45,7 @@ def test_query_blocks_equal_the_dense_reference(name):
     else:
         logits = (q @ k.transpose(-1, -2)) / 8**0.5
         logits = logits.masked_fill(torch.ones(37, 37, dtype=torch.bool).triu(1), float("-inf"))
-        want = F.cope_bias(q, layer.pos_emb, F.cope_positions(logits))
+        want = pf.cope_bias(q, layer.pos_emb, pf.cope_positions(logits))
         torch.testing.assert_close(data_bias(0, 37), want)
 
 
@@ -120,11 +120,11 @@ def test_cope_inference_takes_the_band_where_the_counts_allow(gate_shift, banded
     q, k, v = (torch.randn(2, 3, 2 * layer.band(), 8, generator=gen, dtype=torch.float64) for _ in range(3))
     q, k = q.abs(), k + gate_shift  # positive queries: shifted keys open (or close) every gate
     calls = []
-    band = F.cope_band_attention
-    monkeypatch.setattr(F, "cope_band_attention", lambda *a: calls.append(a[-2]) or band(*a))
+    band = pf.cope_band_attention
+    monkeypatch.setattr(pf, "cope_band_attention", lambda *a: calls.append(a[-2]) or band(*a))
     with torch.no_grad():
         got = CausalAttention()(q, k, v, torch.arange(q.shape[-2]), layer, data_bias=layer.data_bias(None, q, k))
-    torch.testing.assert_close(got, F.cope_attention(q, k, v, layer.pos_emb))
+    torch.testing.assert_close(got, pf.cope_attention(q, k, v, layer.pos_emb))
     assert calls == [256] and layer.band() == 256  # tried (4 n_pos, at least 256); did it apply:
     assert (band(q, k, v, layer.pos_emb, 256, 64) is not None) == banded
     calls.clear()

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.encoders import ENCODERS, FIRE, AttentionShape, KerpleLog, T5Bias, build_encoder
 from posenc.errors import ConfigError
 from posenc.model import ModelConfig, Transformer
@@ -44,7 +44,7 @@ def test_t5_bias_is_the_table_at_the_causal_bucket_and_depends_only_on_i_minus_j
     assert encoder.table.shape == (16, 4)
     pos = torch.arange(300)
     bias = encoder.score_bias(pos[200:], pos)
-    torch.testing.assert_close(bias, F.t5_bias(encoder.table, pos[200:], pos, max_distance=64))
+    torch.testing.assert_close(bias, pf.t5_bias(encoder.table, pos[200:], pos, max_distance=64))
     torch.testing.assert_close(encoder.score_bias(pos[200:] + 50, pos + 50), bias)
     torch.testing.assert_close(bias[:, 99, 299 - 64], encoder.table[15])  # beyond max_distance: last bucket
 
@@ -87,7 +87,7 @@ def test_kerple_keeps_its_parameters_positive_by_clamping_like_the_reference():
     bias = encoder.score_bias(torch.arange(10), torch.arange(10))
     assert torch.equal(encoder.r1.detach(), torch.tensor([0.01, 0.5]))  # projected in place
     assert torch.equal(encoder.r2.detach(), torch.tensor([0.3, 0.01]))
-    torch.testing.assert_close(bias, F.kerple_log_bias(encoder.r1.detach(), encoder.r2.detach(),
+    torch.testing.assert_close(bias, pf.kerple_log_bias(encoder.r1.detach(), encoder.r2.detach(),
                                                        torch.arange(10), torch.arange(10)))  # fmt: skip
     bias.sum().backward()
     assert (encoder.r1.grad != 0).all() and (encoder.r2.grad != 0).all()  # also at the bound
@@ -116,7 +116,7 @@ def test_t5_max_distance_defaults_to_half_the_training_length_and_at_least_num_b
     assert build_encoder("t5", SHAPE, 64, {"max_distance": 128}).max_distance == 128  # the paper's value
     # at the default, the training window's longest distance reaches the last bucket (so it is trained)
     encoder = build_encoder("t5", SHAPE, 64)
-    last = F.t5_relative_bucket(torch.tensor([-63]), encoder.num_buckets, encoder.max_distance)
+    last = pf.t5_relative_bucket(torch.tensor([-63]), encoder.num_buckets, encoder.max_distance)
     assert last.item() == encoder.num_buckets - 1
     with pytest.raises(ConfigError, match="must be of type int"):
         build_encoder("t5", SHAPE, 64, {"max_distance": 12.5})
@@ -127,11 +127,11 @@ def test_fire_bias_is_the_formula_and_normalises_by_max_of_threshold_and_query()
     pos = torch.arange(40)
     bias = encoder.score_bias(pos, pos)
     params = (encoder.c, encoder.threshold, encoder.w1, encoder.b1, encoder.w2, encoder.b2)
-    torch.testing.assert_close(bias, F.fire_bias(pos, pos, *params))
+    torch.testing.assert_close(bias, pf.fire_bias(pos, pos, *params))
     # below L = 8 the same distance gives the same bias (normaliser psi(L)); beyond, it depends on i
     torch.testing.assert_close(bias[:, 3, 1], bias[:, 7, 5])
     assert not torch.allclose(bias[:, 20, 18], bias[:, 30, 28])
-    x = F.fire_normalized_distance(torch.tensor([3, 30]), torch.tensor([0, 0]), encoder.c, encoder.threshold)
+    x = pf.fire_normalized_distance(torch.tensor([3, 30]), torch.tensor([0, 0]), encoder.c, encoder.threshold)
     assert x[0, 0].item() == pytest.approx(math.log1p(3.0) / math.log1p(8.0))
     assert x[1, 1].item() == pytest.approx(1.0)
 
@@ -218,7 +218,7 @@ def test_gradients_reach_every_encoder_parameter_through_the_model(name):
         assert p.grad is not None and torch.isfinite(p.grad).all(), pname
         if name == "t5":  # distances <= 23 reach some buckets only: exactly those get a gradient
             assert model.encoder.max_distance == 32  # max(num_buckets, train length 32 // 2)
-            used = F.t5_relative_bucket(-torch.arange(24), 32, 32).unique()
+            used = pf.t5_relative_bucket(-torch.arange(24), 32, 32).unique()
             assert used.tolist() == [*range(20), 21, 22, 23, 24]
             hit = torch.zeros(32, dtype=torch.bool)
             hit[used] = True

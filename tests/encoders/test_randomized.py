@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import learned_run
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc import runs as run_dirs
 from posenc.encoders import ENCODERS, AttentionShape, Randomized, build_encoder
 from posenc.errors import ConfigError, PositionRangeError
@@ -80,13 +80,13 @@ def test_the_base_encoding_is_read_at_the_sampled_positions():
     pos = torch.tensor([3, 50, 51, 900])
     sinusoidal = build_encoder("randomized", SHAPE, 16, {"base": "sinusoidal"})
     x = torch.randn(2, 4, 32)
-    torch.testing.assert_close(sinusoidal.embed(x, pos), x + F.sinusoidal_table(pos, 32))  # model scales x
+    torch.testing.assert_close(sinusoidal.embed(x, pos), x + pf.sinusoidal_table(pos, 32))  # model scales x
     rope = build_encoder("randomized", SHAPE, 16, {"base": "rope"})
     q, k = torch.randn(2, 4, 4, 8), torch.randn(2, 4, 4, 8)
     q2, k2 = rope.rotate(q, k, pos)
-    inv_freq = F.rope_inv_freq(8)
-    torch.testing.assert_close(q2, F.apply_rope(q, pos, inv_freq))
-    torch.testing.assert_close(k2, F.apply_rope(k, pos, inv_freq))
+    inv_freq = pf.rope_inv_freq(8)
+    torch.testing.assert_close(q2, pf.apply_rope(q, pos, inv_freq))
+    torch.testing.assert_close(k2, pf.apply_rope(k, pos, inv_freq))
     assert torch.equal(sinusoidal.rotate(q, k, pos)[0], q) and torch.equal(rope.embed(x, pos), x)
 
 

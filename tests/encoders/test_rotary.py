@@ -1,10 +1,10 @@
 """The rotary encoders of posenc.encoders.rotary (scaling and rope_partial: test_rotary_scaling.py)."""
 
 import torch
-
-from posenc import functional as F
-from posenc.encoders import AttentionShape, build_encoder
 from rounding import unit_roundoff
+
+from posenc import functional as pf
+from posenc.encoders import AttentionShape, build_encoder
 
 SHAPE = AttentionShape(d_model=32, n_heads=4)
 
@@ -15,10 +15,10 @@ def test_rope_ntk_is_rope_up_to_train_length_and_ntk_beyond():
     q, k = torch.randn(1, 4, 16, 8), torch.randn(1, 4, 16, 8)
     for a, b in zip(rope.rotate(q, k, torch.arange(16)), ntk.rotate(q, k, torch.arange(16))):
         torch.testing.assert_close(a, b)
-    expected = F.rope_inv_freq(8, F.ntk_base(10000.0, 8, 64 / 16))
+    expected = pf.rope_inv_freq(8, pf.ntk_base(10000.0, 8, 64 / 16))
     torch.testing.assert_close(ntk.scaling_for(64)[0], expected)
     q, k = torch.randn(1, 4, 64, 8), torch.randn(1, 4, 64, 8)
-    torch.testing.assert_close(ntk.rotate(q, k, torch.arange(64))[0], F.apply_rope(q, torch.arange(64), expected))
+    torch.testing.assert_close(ntk.rotate(q, k, torch.arange(64))[0], pf.apply_rope(q, torch.arange(64), expected))
 
 
 def test_p_rope_keeps_ropes_highest_frequencies_and_leaves_the_lowest_pairs_unrotated():
@@ -28,9 +28,9 @@ def test_p_rope_keeps_ropes_highest_frequencies_and_leaves_the_lowest_pairs_unro
     for removed, kept_pairs in ((0.25, 3), (0.5, 2), (0.0, 4)):
         p = build_encoder("p_rope", SHAPE, train_length=16, options={"removed": removed})
         assert p.rotary_dim == 2 * kept_pairs
-        torch.testing.assert_close(p.inv_freq, F.rope_inv_freq(8)[:kept_pairs])
+        torch.testing.assert_close(p.inv_freq, pf.rope_inv_freq(8)[:kept_pairs])
         q, k = torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)
-        (pq, pk), (rq, rk) = p.rotate(q, k, torch.arange(16)), rope.rotate(q, k, torch.arange(16))
+        (pq, pk), (rq, _) = p.rotate(q, k, torch.arange(16)), rope.rotate(q, k, torch.arange(16))
         r = 2 * kept_pairs
         torch.testing.assert_close(pq[..., :r], rq[..., :r])  # kept pairs: RoPE's rotation
         assert torch.equal(pq[..., r:], q[..., r:]) and torch.equal(pk[..., r:], k[..., r:])  # removed: as is
@@ -45,9 +45,9 @@ def test_p_rope_removed_pairs_carry_no_position_and_scaling_acts_on_the_whole_sp
     scores = (rq[..., 4:] @ rk[..., 4:].transpose(-1, -2))[0, 0]  # the removed (unrotated) pairs alone
     torch.testing.assert_close(scores, torch.full_like(scores, float(scores[0, 0])))  # the same at any distance
     p.set_rope_scaling(RopeScaling("linear", 4.0))
-    torch.testing.assert_close(p.scaling_for(64)[0], F.rope_inv_freq(8)[:2] / 4)
+    torch.testing.assert_close(p.scaling_for(64)[0], pf.rope_inv_freq(8)[:2] / 4)
     p.set_rope_scaling(RopeScaling("ntk", 4.0))
-    torch.testing.assert_close(p.scaling_for(64)[0], F.rope_inv_freq(8, F.ntk_base(10000.0, 8, 4.0))[:2])
+    torch.testing.assert_close(p.scaling_for(64)[0], pf.rope_inv_freq(8, pf.ntk_base(10000.0, 8, 4.0))[:2])
 
 
 def test_p_rope_refuses_a_fraction_outside_zero_to_one():

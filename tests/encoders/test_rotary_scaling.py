@@ -4,14 +4,14 @@ import math
 
 import pytest
 import torch
+from rounding import gamma, unit_roundoff
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.encoders import AttentionShape, RotaryEncoder, build_encoder
 from posenc.errors import ConfigError
 from posenc.functional.rope_scaling import ROPE_SCALING
 from posenc.functional.rope_scaling_spec import RopeScaling
 from posenc.model import ModelConfig, Transformer
-from rounding import gamma, unit_roundoff
 
 SHAPE = AttentionShape(d_model=64, n_heads=4)  # head_dim 16
 TRAIN = 16
@@ -55,9 +55,9 @@ def test_linear_scaling_is_position_interpolation(factor):
     q, k = qk(48, dtype=torch.float64)
     positions = torch.arange(48)
     got = scores(*encoder.rotate(q, k, positions))
-    inv_freq = F.rope_inv_freq(16, 10000.0)
+    inv_freq = pf.rope_inv_freq(16, 10000.0)
     interpolated = positions.double() / factor
-    want = scores(F.apply_rope(q, interpolated, inv_freq), F.apply_rope(k, interpolated, inv_freq))
+    want = scores(pf.apply_rope(q, interpolated, inv_freq), pf.apply_rope(k, interpolated, inv_freq))
     # float32 frequencies divided by s and rounded (u32 relative) against float64 positions / s: angles at most
     # 47 rad apart by 47 u32, so each rotated pair moves by that much of its |x0| + |x1|; the float64 rotation
     # and 16-term dot product add a few u64. Per score: 2 (47 u32 + gamma(20)) sum over pairs of (|q0| + |q1|)
@@ -88,7 +88,7 @@ def test_yarn_scales_q_and_k_by_mscale_so_logits_by_its_square(name):
     q, k = qk(length, dtype=torch.float64)
     positions = torch.arange(length)
     r = encoder.rotary_dim
-    inv_freq, mscale = F.yarn_scaling(r, 10000.0, factor, TRAIN, length)
+    inv_freq, mscale = pf.yarn_scaling(r, 10000.0, factor, TRAIN, length)
     assert mscale == pytest.approx(0.1 * math.log(4) + 1)
     # the same encoder with YaRN's frequencies swapped in and no attention scale
     unscaled_tables = encoder.rotations(positions, inv_freq.float(), torch.complex128)
@@ -97,8 +97,8 @@ def test_yarn_scales_q_and_k_by_mscale_so_logits_by_its_square(name):
     torch.testing.assert_close(rq, unscaled_tables[0] * mscale, rtol=1e-12, atol=0)
     torch.testing.assert_close(rk, unscaled_tables[1] * mscale, rtol=1e-12, atol=0)
     q2, k2 = encoder.rotate(q, k, positions)
-    want_q = F.apply_rotation(q[..., :r], unscaled_tables[0])
-    want_k = F.apply_rotation(k[..., :r], unscaled_tables[1])
+    want_q = pf.apply_rotation(q[..., :r], unscaled_tables[0])
+    want_k = pf.apply_rotation(k[..., :r], unscaled_tables[1])
     torch.testing.assert_close(scores(q2[..., :r], k2[..., :r]), scores(want_q, want_k) * mscale**2)
 
 
@@ -111,7 +111,7 @@ def test_xpos_keeps_its_decay_under_scaling():
     torch.testing.assert_close(rq.abs(), plain_q.abs())  # the decay: magnitudes unchanged
     torch.testing.assert_close(rk.abs(), plain_k.abs())
     assert encoder.scale_base == TRAIN / 2  # the default: half the training length
-    want = F.xpos_rotations(positions, encoder.inv_freq / 2, 16, 0.4, TRAIN / 2, torch.complex128)
+    want = pf.xpos_rotations(positions, encoder.inv_freq / 2, 16, 0.4, TRAIN / 2, torch.complex128)
     torch.testing.assert_close(rq, want[0])
 
 
@@ -131,7 +131,7 @@ def test_xpos_centred_factors_stay_in_float32_and_longer_sequences_take_the_rela
     longest = int(2 * 60 * 8 / -math.log(zeta_min)) + 1
     assert longest == 767
     for length, ok in ((longest, True), (longest + 1, False)):
-        rq, rk = F.xpos_rotations(torch.arange(length), encoder.inv_freq, 16, 0.4, 8.0, torch.complex128)
+        rq, rk = pf.xpos_rotations(torch.arange(length), encoder.inv_freq, 16, 0.4, 8.0, torch.complex128)
         biggest = max(rq.abs().max().item(), rk.abs().max().item())
         assert (math.log(biggest) <= encoder.MAX_LOG_SCALE) is ok  # where the centred factors stop
         assert encoder.relative(torch.arange(length)) is not ok  # ... the relative path takes over
@@ -179,11 +179,11 @@ def test_rope_ntk_is_bit_identical_to_its_reference_computation(length):
     assert encoder.rope_scaling == RopeScaling("ntk") and not encoder.state_dict()  # old checkpoints load
     q, k = qk(length)
     positions = torch.arange(length)
-    base = 10000.0 if length <= TRAIN else F.ntk_base(10000.0, 16, length / TRAIN)
-    rotation = F.rope_rotation(positions, F.rope_inv_freq(16, base), torch.complex64)  # the pre-refactor code
+    base = 10000.0 if length <= TRAIN else pf.ntk_base(10000.0, 16, length / TRAIN)
+    rotation = pf.rope_rotation(positions, pf.rope_inv_freq(16, base), torch.complex64)  # the pre-refactor code
     q2, k2 = encoder.rotate(q, k, positions)
-    assert torch.equal(q2, F.apply_rotation(q, rotation)) and torch.equal(k2, F.apply_rotation(k, rotation))
-    assert torch.equal(encoder.scaling_for(length)[0], F.rope_inv_freq(16, base))
+    assert torch.equal(q2, pf.apply_rotation(q, rotation)) and torch.equal(k2, pf.apply_rotation(k, rotation))
+    assert torch.equal(encoder.scaling_for(length)[0], pf.rope_inv_freq(16, base))
 
 
 def test_another_scaling_replaces_rope_ntks_default():
@@ -236,7 +236,7 @@ def test_rope_partial_rotates_the_first_fraction_and_leaves_the_rest(fraction, r
     assert torch.equal(q2[..., rotated:], q[..., rotated:])
     assert torch.equal(k2[..., rotated:], k[..., rotated:])
     torch.testing.assert_close(q2.norm(dim=-1), q.norm(dim=-1))  # rotations keep norms
-    want = F.apply_rope(q[..., :rotated], positions, F.rope_inv_freq(rotated))  # GPT-NeoX frequencies
+    want = pf.apply_rope(q[..., :rotated], positions, pf.rope_inv_freq(rotated))  # GPT-NeoX frequencies
     torch.testing.assert_close(q2[..., :rotated], want)
     if rotated == 16:
         rope = build_encoder("rope", SHAPE, TRAIN)
@@ -268,7 +268,7 @@ def test_rope_partial_scaling_acts_on_the_rotated_dims():
     positions = torch.arange(32)
     q2, _ = encoder.rotate(q, k, positions)
     assert torch.equal(q2[..., 8:], q[..., 8:])
-    torch.testing.assert_close(q2[..., :8], F.apply_rope(q[..., :8], positions / 2, F.rope_inv_freq(8)))
+    torch.testing.assert_close(q2[..., :8], pf.apply_rope(q[..., :8], positions / 2, pf.rope_inv_freq(8)))
 
 
 @pytest.mark.parametrize("fraction, rotated", [(0.1875, 3), (0.05, 0), (0.1, 1)])

@@ -6,13 +6,13 @@ import time
 
 import pytest
 import torch
+from rounding import attention_bound, xpos_score_bound
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.attention import CausalAttention
 from posenc.encoders import AttentionShape, build_encoder
 from posenc.encoders.base import MAX_LENGTH
 from posenc.model import ModelConfig, Transformer
-from rounding import attention_bound, xpos_score_bound
 
 SHAPE = AttentionShape(d_model=32, n_heads=2)  # head_dim 16
 TRAIN = 32  # scale_base 16, the headline's: centred factors fit up to 1533 tokens
@@ -41,10 +41,10 @@ def reference(q, k, positions, start: int, stop: int, scale_base: float, absolut
     ``zeta**((m-n)/scale_base)`` from the distance, or (``absolute``) the old factorisation, queries times
     ``zeta**(m/scale_base)`` and keys times ``zeta**(-n/scale_base)`` from absolute positions."""
     d = q.shape[-1]
-    inv = F.rope_inv_freq(d).double()  # the encoder's float32 frequencies: the formula at what it rotates by
-    rq = F.apply_rope(q.double()[..., start:stop, :], positions[start:stop], inv)
-    rk = F.apply_rope(k.double()[..., :stop, :], positions[:stop], inv)
-    zeta = F.xpos_zeta(d, 0.4)
+    inv = pf.rope_inv_freq(d).double()  # the encoder's float32 frequencies: the formula at what it rotates by
+    rq = pf.apply_rope(q.double()[..., start:stop, :], positions[start:stop], inv)
+    rk = pf.apply_rope(k.double()[..., :stop, :], positions[:stop], inv)
+    zeta = pf.xpos_zeta(d, 0.4)
     if absolute:
         power = positions.double() / scale_base
         factor = (zeta[None, :] ** power[:, None]).repeat_interleave(2, dim=-1)  # [s, d]
@@ -57,7 +57,7 @@ def reference(q, k, positions, start: int, stop: int, scale_base: float, absolut
     return out
 
 
-def bound(q, k, positions, start: int, stop: int, log_scale: float = F.XPOS_QUERY_LOG_SCALE) -> torch.Tensor:
+def bound(q, k, positions, start: int, stop: int, log_scale: float = pf.XPOS_QUERY_LOG_SCALE) -> torch.Tensor:
     """tests/rounding.py's xPos bound for the encoder's fp32 scores of queries ``start:stop`` (each side rotated
     by fp32 tables: a complex product and its entry, 3 roundings), factors up to e**log_scale."""
     return xpos_score_bound(q[..., start:stop, :], k[..., :stop, :], positions[start:stop], positions[:stop], 16.0,
@@ -97,7 +97,7 @@ def test_scores_equal_the_absolute_formula_at_short_lengths(make):
     assert torch.isfinite(want).all()
     got = attention_scores(encoder, q, k, positions, 0, length)
     mask = causal(0, length)
-    largest = max(encoder.MAX_LOG_SCALE, F.XPOS_QUERY_LOG_SCALE)  # centred factors, or the relative path's
+    largest = max(encoder.MAX_LOG_SCALE, pf.XPOS_QUERY_LOG_SCALE)  # centred factors, or the relative path's
     assert ((got.double() - want).abs()[..., mask] <= bound(q, k, positions, 0, length, largest)[..., mask]).all()
 
 
@@ -163,7 +163,7 @@ def test_scores_are_unchanged_by_shifting_every_position(length):
     base = attention_scores(encoder, q, k, torch.arange(length), start, length)
     mask = causal(start, length)
     positions = torch.arange(length)
-    largest = max(encoder.MAX_LOG_SCALE, F.XPOS_QUERY_LOG_SCALE)
+    largest = max(encoder.MAX_LOG_SCALE, pf.XPOS_QUERY_LOG_SCALE)
     reach = 2 * bound(q, k, positions, start, length, largest)[..., mask]  # each side within it of the formula
     for shift in (1, 1000, 200_000):
         shifted = attention_scores(encoder, q, k, torch.arange(length) + shift, start, length)
@@ -193,8 +193,8 @@ def test_inference_takes_fused_windows_and_training_the_bias_in_query_blocks(mon
     v = torch.randn(1, 2, length, 16, generator=torch.Generator().manual_seed(2))
     positions = torch.arange(length)
     calls = []
-    window = F.xpos_window_attention
-    monkeypatch.setattr(F, "xpos_window_attention", lambda *a: calls.append(1) or window(*a))
+    window = pf.xpos_window_attention
+    monkeypatch.setattr(pf, "xpos_window_attention", lambda *a: calls.append(1) or window(*a))
     outputs = []
     for grad in (False, True):
         q_in = q.clone().requires_grad_(grad)

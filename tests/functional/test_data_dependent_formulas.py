@@ -5,9 +5,9 @@ import math
 
 import pytest
 import torch
-
-from posenc import functional as F
 from rounding import gamma, unit_roundoff
+
+from posenc import functional as pf
 
 torch.manual_seed(0)
 
@@ -16,7 +16,7 @@ def test_cope_positions_count_the_gates_between_key_and_query():
     """p_ij = sum_{t=j..i} sigmoid(logit_it) (Golovneva et al. 2024, eq. 3); future keys gate nothing."""
     logits = torch.randn(2, 3, 6, 6, dtype=torch.float64)
     future = torch.ones(6, 6, dtype=torch.bool).triu(1)
-    got = F.cope_positions(logits.masked_fill(future, float("-inf")))
+    got = pf.cope_positions(logits.masked_fill(future, float("-inf")))
     for i in range(6):
         for j in range(i + 1):
             want = torch.sigmoid(logits[..., i, j : i + 1]).sum(-1)
@@ -29,7 +29,7 @@ def test_cope_bias_interpolates_between_integer_positions_and_clamps_past_the_la
     query = torch.randn(2, 5, 4, dtype=torch.float64)  # [b, s_q, h_d]
     pos_emb = torch.randn(4, 3, dtype=torch.float64)  # positions 0, 1, 2
     positions = torch.tensor([0.0, 0.25, 1.0, 1.5, 2.0, 7.0], dtype=torch.float64).expand(2, 5, 6)
-    got = F.cope_bias(query, pos_emb, positions)
+    got = pf.cope_bias(query, pos_emb, positions)
     e = pos_emb.T  # e[p]
     table = [e[0], 0.75 * e[0] + 0.25 * e[1], e[1], 0.5 * e[1] + 0.5 * e[2], e[2], e[2]]  # eq. 4, clamped
     want = torch.stack([query @ row for row in table], dim=-1)
@@ -41,7 +41,7 @@ def _cope_dense(q, k, v, pos_emb):
     s = q.shape[-2]
     logits = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
     logits = logits.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
-    return (logits + F.cope_bias(q, pos_emb, F.cope_positions(logits))).softmax(-1) @ v
+    return (logits + pf.cope_bias(q, pos_emb, pf.cope_positions(logits))).softmax(-1) @ v
 
 
 @pytest.mark.parametrize(("length", "n_pos", "block_elements"), [(1, 4, 1 << 22), (37, 8, 600), (130, 16, 1 << 22),
@@ -54,7 +54,7 @@ def test_cope_attention_equals_the_papers_computation(length, n_pos, block_eleme
     inputs = [torch.randn(2, 3, length, 8, generator=gen, dtype=torch.float64) for _ in range(3)]
     inputs.append(torch.randn(8, n_pos, generator=gen, dtype=torch.float64))
     results = []
-    for fn in (lambda q, k, v, e: F.cope_attention(q, k, v, e, block_elements=block_elements), _cope_dense):
+    for fn in (lambda q, k, v, e: pf.cope_attention(q, k, v, e, block_elements=block_elements), _cope_dense):
         leaves = [t.clone().requires_grad_(grad) for t in inputs]
         with torch.set_grad_enabled(grad):
             out = fn(*leaves)
@@ -70,11 +70,11 @@ def test_cope_attention_counts_in_float32_under_bfloat16():
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, 300, 8, generator=gen).bfloat16() for _ in range(3))
     pos_emb = torch.randn(8, 300, generator=gen).bfloat16()
-    got = F.cope_attention(q, k, v, pos_emb)
+    got = pf.cope_attention(q, k, v, pos_emb)
     assert got.dtype == torch.bfloat16
     # the same float32 arithmetic on the same (bfloat16-exact) values, then one rounding to bfloat16: at most
     # u = 2**-8 of each value (an atol would be tuned to the values' magnitudes)
-    want = F.cope_attention(q.float(), k.float(), v.float(), pos_emb.float())
+    want = pf.cope_attention(q.float(), k.float(), v.float(), pos_emb.float())
     torch.testing.assert_close(got.float(), want, atol=0, rtol=unit_roundoff(torch.bfloat16))
 
 
@@ -93,22 +93,22 @@ def test_cope_far_keys_through_one_fused_call_equal_the_papers_computation(lengt
     (posenc.functional.cope_attention, itself tested against the paper's code); lengths that are and are not
     multiples of the block, bands shorter and longer than a block."""
     q, k, v, pos_emb = _cope_inputs(length, n_pos, 1.0)
-    got = F.cope_band_attention(q, k, v, pos_emb, band, block)
+    got = pf.cope_band_attention(q, k, v, pos_emb, band, block)
     assert got is not None
-    torch.testing.assert_close(got, F.cope_attention(q, k, v, pos_emb))
+    torch.testing.assert_close(got, pf.cope_attention(q, k, v, pos_emb))
 
 
 def test_cope_band_says_no_where_a_count_stays_below_the_last_position():
     """Closed gates: a query 300 keys on has counted about 15; its far keys' biases still differ."""
     q, k, v, pos_emb = _cope_inputs(300, 16, -3.0)
-    assert F.cope_band_attention(q, k, v, pos_emb, 64, 32) is None
+    assert pf.cope_band_attention(q, k, v, pos_emb, 64, 32) is None
 
 
 def test_fox_bias_is_the_sum_of_log_forget_gates_after_the_key():
     """D_ij = sum_{l=j+1..i} log sigmoid(f_l) (Lin et al. 2025, eq. 4)."""
     logits = torch.randn(2, 7, 3, dtype=torch.float64)  # [b, s, n_h]
-    log_lambda = F.fox_log_lambda(logits)
-    got = F.fox_bias(log_lambda, 2, 7)  # queries 2..6 against keys 0..6
+    log_lambda = pf.fox_log_lambda(logits)
+    got = pf.fox_bias(log_lambda, 2, 7)  # queries 2..6 against keys 0..6
     assert got.shape == (2, 3, 5, 7)
     log_f = torch.nn.functional.logsigmoid(logits).transpose(1, 2)  # [b, n_h, s]
     for i in range(2, 7):
@@ -121,9 +121,9 @@ def test_pope_score_is_magnitudes_times_cosine_of_relative_phase():
     """Re(sum_c q_c conj(k_c)) = sum_c softplus(q_tc) softplus(k_sc) cos((t - s) theta_c - delta_c), scaled
     so that attention's 1/sqrt(2 h_d) is 1/sqrt(h_d)."""
     q, k = torch.randn(1, 2, 6, 4, dtype=torch.float64), torch.randn(1, 2, 6, 4, dtype=torch.float64)
-    inv_freq = F.pope_inv_freq(4).double()
+    inv_freq = pf.pope_inv_freq(4).double()
     phase = torch.tensor([[-0.5, -1.0, -2.0, 0.0], [-3.0, -0.1, -6.0, -1.0]], dtype=torch.float64)
-    q2, k2 = F.pope_qk(q, k, torch.arange(6), inv_freq, phase)
+    q2, k2 = pf.pope_qk(q, k, torch.arange(6), inv_freq, phase)
     got = (q2 @ k2.transpose(-1, -2)) / math.sqrt(2 * 4)
     sp = torch.nn.functional.softplus
     for h in range(2):
@@ -136,8 +136,8 @@ def test_pope_score_is_magnitudes_times_cosine_of_relative_phase():
 
 def test_pope_scores_depend_on_relative_position_only():
     q = torch.randn(1, 1, 1, 8, dtype=torch.float64).expand(1, 1, 30, 8)
-    inv_freq, phase = F.pope_inv_freq(8).double(), torch.full((1, 8), -0.7, dtype=torch.float64)
-    q2, k2 = F.pope_qk(q, q, torch.arange(30), inv_freq, phase)
+    inv_freq, phase = pf.pope_inv_freq(8).double(), torch.full((1, 8), -0.7, dtype=torch.float64)
+    q2, k2 = pf.pope_qk(q, q, torch.arange(30), inv_freq, phase)
     scores = (q2 @ k2.transpose(-1, -2))[0, 0]
     for offset in range(-5, 6):
         diagonal = scores.diagonal(offset)
@@ -161,7 +161,7 @@ def test_pope_matches_its_reference_implementation(where):
     index = torch.arange(40, dtype=torch.float64).reshape(1, 2, 5, 4)
     q, k = torch.sin(0.37 * index + 0.1) * 2.0, torch.cos(0.23 * index - 0.4) * 1.5
     phase = torch.tensor([[-0.5, -1.0, -2.0, -7.0], [0.3, -0.25, -3.0, -6.5]], dtype=torch.float64)
-    q2, k2 = F.pope_qk(q, k, torch.arange(5), F.pope_inv_freq(4, 10000.0).double(), phase)
+    q2, k2 = pf.pope_qk(q, k, torch.arange(5), pf.pope_inv_freq(4, 10000.0).double(), phase)
     head, row = where
     got = (q2 @ k2.transpose(-1, -2))[0, head, row] / math.sqrt(2)  # posenc scales q by sqrt(2)
     # the reference is float64 printed to 9-10 decimals (5e-10); posenc's frequencies are float32 (u32
@@ -194,9 +194,9 @@ def test_pope_gradients_are_autograds_through_the_reference_formula(leaves):
               "phase": torch.tensor([-7.0, -1.0, 0.5, -2.0, -6.0, -0.3], dtype=torch.float64).repeat(3, 1)}
     weight = torch.randn(2, 3, 9, 9, generator=gen, dtype=torch.float64)
     got, want = [], []
-    for fn, out in ((F.pope_qk, got), (_pope_stacked, want)):
+    for fn, out in ((pf.pope_qk, got), (_pope_stacked, want)):
         leaf = {name: t.clone().requires_grad_(name in leaves) for name, t in inputs.items()}
-        q2, k2 = fn(leaf["q"], leaf["k"], torch.arange(9), F.pope_inv_freq(6).double(), leaf["phase"])
+        q2, k2 = fn(leaf["q"], leaf["k"], torch.arange(9), pf.pope_inv_freq(6).double(), leaf["phase"])
         ((q2 @ k2.transpose(-1, -2)) * weight).sum().backward()
         out.extend(leaf[name].grad for name in leaves)
     for a, b in zip(got, want):
@@ -207,11 +207,11 @@ def test_pope_gradients_are_autograds_through_the_reference_formula(leaves):
 def test_pope_gradients_pass_gradcheck_and_keep_bfloat16_inputs_dtype():
     q, k = (torch.randn(1, 2, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(2))
     phase = torch.full((2, 4), -0.4, dtype=torch.float64, requires_grad=True)
-    inv_freq = F.pope_inv_freq(4).double()
-    assert torch.autograd.gradcheck(lambda *t: F.pope_qk(t[0], t[1], torch.arange(5), inv_freq, t[2]),
+    inv_freq = pf.pope_inv_freq(4).double()
+    assert torch.autograd.gradcheck(lambda *t: pf.pope_qk(t[0], t[1], torch.arange(5), inv_freq, t[2]),
                                     (q, k, phase))
     qb = torch.randn(1, 2, 5, 4, dtype=torch.bfloat16, requires_grad=True)
-    q2, k2 = F.pope_qk(qb, qb, torch.arange(5), F.pope_inv_freq(4), torch.zeros(2, 4))
+    q2, k2 = pf.pope_qk(qb, qb, torch.arange(5), pf.pope_inv_freq(4), torch.zeros(2, 4))
     assert q2.dtype == torch.bfloat16 and k2.shape == (1, 2, 5, 8)
     (q2.float() @ k2.float().transpose(-1, -2)).sum().backward()
     assert qb.grad.dtype == torch.bfloat16 and torch.isfinite(qb.grad.float()).all()
@@ -227,7 +227,7 @@ def test_cope_attention_gradient_of_each_input_alone_equals_the_papers_computati
     inputs["pos_emb"] = torch.randn(8, 12, generator=gen, dtype=torch.float64)
     weight = torch.randn(2, 3, 70, 8, generator=gen, dtype=torch.float64)
     grads = []
-    for fn in (F.cope_attention, _cope_dense):
+    for fn in (pf.cope_attention, _cope_dense):
         leaf = inputs[leaves].clone().requires_grad_()
         (fn(**{**inputs, leaves: leaf}) * weight).sum().backward()
         grads.append(leaf.grad)
@@ -248,7 +248,7 @@ def test_cope_attention_float32_gradients_are_as_close_to_float64_as_autograds()
         return [t.grad.double() for t in leaves]
 
     exact = gradients(_cope_dense, torch.float64)
-    for got, reference, want in zip(gradients(F.cope_attention, torch.float32),
+    for got, reference, want in zip(gradients(pf.cope_attention, torch.float32),
                                     gradients(_cope_dense, torch.float32), exact):
         assert (got - want).abs().max() <= 2 * (reference - want).abs().max() + 1e-6
 
@@ -262,7 +262,7 @@ def test_cope_attention_with_gates_that_round_to_one_counts_every_key():
     inputs = [base, base.clone(), torch.randn(1, 2, 45, 8, generator=gen, dtype=torch.float64),
               torch.randn(8, 64, generator=gen, dtype=torch.float64)]
     results = []
-    for fn in (F.cope_attention, _cope_dense):
+    for fn in (pf.cope_attention, _cope_dense):
         leaves = [t.clone().requires_grad_() for t in inputs]
         out = fn(*leaves)
         out.sum().backward()

@@ -4,11 +4,11 @@ import math
 
 import pytest
 import torch
+from rounding import unit_roundoff
 
-from posenc import functional as F
+from posenc import functional as pf
 from posenc.functional.rope_scaling import ROPE_SCALING
 from posenc.functional.rope_scaling_spec import RopeScaling
-from rounding import unit_roundoff
 
 U32, U64 = unit_roundoff(torch.float32), unit_roundoff(torch.float64)
 
@@ -243,7 +243,7 @@ def test_methods_match_hugging_face_reference_numbers(case):
 def test_registry_has_the_documented_methods_and_reference_covers_all_but_none():
     assert list(ROPE_SCALING) == ["none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3"]
     assert {c[0] for c in HF_REFERENCE} == set(ROPE_SCALING) - {"none"}
-    assert all(ROPE_SCALING[m] is getattr(F, f"{m}_scaling") for m in ROPE_SCALING)
+    assert all(ROPE_SCALING[m] is getattr(pf, f"{m}_scaling") for m in ROPE_SCALING)
 
 
 # Dynamic NTK's base grows with length / train_length even at factor 1 (see the dynamic test below).
@@ -254,7 +254,7 @@ FACTOR_ONE = [(m, n) for m in ROPE_SCALING for n in (16, 64, 1000) if not (m == 
 @pytest.mark.parametrize("head_dim, base", [(8, 10000.0), (32, 10000.0), (128, 500000.0)])
 def test_factor_one_is_plain_rope_for_every_method(method, length, head_dim, base):
     inv_freq, scale = ROPE_SCALING[method](head_dim, base, 1.0, 64, length)
-    assert torch.equal(inv_freq, F.rope_inv_freq(head_dim, base, dtype=torch.float64))
+    assert torch.equal(inv_freq, pf.rope_inv_freq(head_dim, base, dtype=torch.float64))
     assert scale == 1.0
 
 
@@ -263,7 +263,7 @@ def test_every_method_returns_float64_pairs_and_a_positive_scale(method):
     inv_freq, scale = ROPE_SCALING[method](16, 10000.0, 3.0, 32, 96)
     assert inv_freq.shape == (8,) and inv_freq.dtype == torch.float64
     assert isinstance(scale, float) and scale >= 1.0
-    plain = F.rope_inv_freq(16, 10000.0, dtype=torch.float64)
+    plain = pf.rope_inv_freq(16, 10000.0, dtype=torch.float64)
     assert torch.all(inv_freq <= plain * (1 + 1e-12))  # extension only ever slows rotations down
     most = 3.0 * 96 / 32 - 2.0 if method == "dynamic_ntk" else 3.0  # dynamic: its effective NTK scale
     assert torch.all(inv_freq >= plain / most * (1 - 1e-12))  # ... and by at most the factor
@@ -288,29 +288,29 @@ def test_every_method_refuses_bad_inputs(method):
 
 def test_method_options_are_validated():
     with pytest.raises(ValueError, match="beta_fast must be > beta_slow"):
-        F.yarn_scaling(32, 10000.0, 2.0, 64, 64, beta_fast=1.0, beta_slow=1.0)
+        pf.yarn_scaling(32, 10000.0, 2.0, 64, 64, beta_fast=1.0, beta_slow=1.0)
     with pytest.raises(ValueError, match="beta_slow must be > 0"):
-        F.yarn_scaling(32, 10000.0, 2.0, 64, 64, beta_slow=0.0)
+        pf.yarn_scaling(32, 10000.0, 2.0, 64, 64, beta_slow=0.0)
     with pytest.raises(ValueError, match="high_freq_factor > low_freq_factor"):
-        F.llama3_scaling(32, 10000.0, 2.0, 64, 64, low_freq_factor=4.0, high_freq_factor=4.0)
-    for fn in (F.ntk_scaling, F.dynamic_ntk_scaling):
+        pf.llama3_scaling(32, 10000.0, 2.0, 64, 64, low_freq_factor=4.0, high_freq_factor=4.0)
+    for fn in (pf.ntk_scaling, pf.dynamic_ntk_scaling):
         with pytest.raises(ValueError, match="head_dim must be > 2"):
             fn(2, 10000.0, 2.0, 64, 128)
 
 
 @pytest.mark.parametrize("factor", [0.5, 2.0, 8.0])
 def test_none_ignores_the_factor_and_linear_divides_every_frequency(factor):
-    plain = F.rope_inv_freq(32, 10000.0, dtype=torch.float64)
-    assert torch.equal(F.none_scaling(32, 10000.0, factor, 64, 512)[0], plain)
-    inv_freq, scale = F.linear_scaling(32, 10000.0, factor, 64, 512)
+    plain = pf.rope_inv_freq(32, 10000.0, dtype=torch.float64)
+    assert torch.equal(pf.none_scaling(32, 10000.0, factor, 64, 512)[0], plain)
+    inv_freq, scale = pf.linear_scaling(32, 10000.0, factor, 64, 512)
     assert torch.equal(inv_freq, plain / factor) and scale == 1.0
 
 
 @pytest.mark.parametrize("head_dim", [4, 32, 128])
 @pytest.mark.parametrize("factor", [2.0, 16.0])
 def test_ntk_keeps_the_highest_frequency_and_divides_the_lowest_by_exactly_the_factor(head_dim, factor):
-    plain = F.rope_inv_freq(head_dim, 10000.0, dtype=torch.float64)
-    inv_freq, scale = F.ntk_scaling(head_dim, 10000.0, factor, 64, 64)
+    plain = pf.rope_inv_freq(head_dim, 10000.0, dtype=torch.float64)
+    inv_freq, scale = pf.ntk_scaling(head_dim, 10000.0, factor, 64, 64)
     assert inv_freq[0] == plain[0] == 1.0 and scale == 1.0
     assert inv_freq[-1].item() == pytest.approx(plain[-1].item() / factor, rel=1e-12)
     ratio = plain / inv_freq  # grows geometrically from 1 to factor
@@ -318,19 +318,19 @@ def test_ntk_keeps_the_highest_frequency_and_divides_the_lowest_by_exactly_the_f
     # pow's own 2 u), the ratio one rounding, the expected pow another 2 u plus its exponent's (u * log 16): < 40 u
     want = factor ** (torch.arange(head_dim // 2, dtype=torch.float64) / (head_dim // 2 - 1))
     torch.testing.assert_close(ratio, want, rtol=40 * U64, atol=0)
-    base = F.ntk_base(10000.0, head_dim, factor)
-    assert torch.equal(inv_freq, F.rope_inv_freq(head_dim, base, dtype=torch.float64))
+    base = pf.ntk_base(10000.0, head_dim, factor)
+    assert torch.equal(inv_freq, pf.rope_inv_freq(head_dim, base, dtype=torch.float64))
 
 
 def test_dynamic_ntk_is_plain_up_to_train_length_and_static_ntk_with_factor_one_beyond():
-    plain = F.rope_inv_freq(32, 10000.0, dtype=torch.float64)
+    plain = pf.rope_inv_freq(32, 10000.0, dtype=torch.float64)
     for length in (1, 63, 64):
-        assert torch.equal(F.dynamic_ntk_scaling(32, 10000.0, 4.0, 64, length)[0], plain)
-    beyond = F.dynamic_ntk_scaling(32, 10000.0, 1.0, 64, 256)[0]
-    torch.testing.assert_close(beyond, F.ntk_scaling(32, 10000.0, 4.0, 64, 64)[0], rtol=1e-14, atol=0)
+        assert torch.equal(pf.dynamic_ntk_scaling(32, 10000.0, 4.0, 64, length)[0], plain)
+    beyond = pf.dynamic_ntk_scaling(32, 10000.0, 1.0, 64, 256)[0]
+    torch.testing.assert_close(beyond, pf.ntk_scaling(32, 10000.0, 4.0, 64, 64)[0], rtol=1e-14, atol=0)
     # with factor s the effective NTK scale is s * L'/L - (s - 1)
     torch.testing.assert_close(
-        F.dynamic_ntk_scaling(32, 10000.0, 2.0, 64, 256)[0], F.ntk_scaling(32, 10000.0, 7.0, 64, 64)[0],
+        pf.dynamic_ntk_scaling(32, 10000.0, 2.0, 64, 256)[0], pf.ntk_scaling(32, 10000.0, 7.0, 64, 64)[0],
         rtol=1e-14, atol=0,
     )
 
@@ -338,8 +338,8 @@ def test_dynamic_ntk_is_plain_up_to_train_length_and_static_ntk_with_factor_one_
 @pytest.mark.parametrize("truncate", [True, False])
 def test_yarn_extrapolates_high_frequencies_and_interpolates_low_ones(truncate):
     head_dim, base, factor, L = 64, 10000.0, 8.0, 4096
-    plain = F.rope_inv_freq(head_dim, base, dtype=torch.float64)
-    inv_freq, scale = F.yarn_scaling(head_dim, base, factor, L, L, truncate=truncate)
+    plain = pf.rope_inv_freq(head_dim, base, dtype=torch.float64)
+    inv_freq, scale = pf.yarn_scaling(head_dim, base, factor, L, L, truncate=truncate)
     turns = L * plain / (2 * math.pi)  # full rotations of each pair over the training context
     fast, slow = turns > 32, turns < 1
     assert fast.any() and slow.any() and (~fast & ~slow).any()
@@ -357,25 +357,25 @@ def test_yarn_extrapolates_high_frequencies_and_interpolates_low_ones(truncate):
     "factor, mscale", [(0.5, 1.0), (1.0, 1.0), (2.0, 1.0693147180559945), (16.0, 1.2772588722239781)]
 )
 def test_yarn_attention_scale_is_mscale(factor, mscale):
-    assert F.yarn_scaling(32, 10000.0, factor, 64, 64)[1] == pytest.approx(mscale, rel=1e-15)
+    assert pf.yarn_scaling(32, 10000.0, factor, 64, 64)[1] == pytest.approx(mscale, rel=1e-15)
 
 
 def test_yarn_truncate_floors_and_ceils_the_correction_range():
     # d=32, base=1e4, L=64: the correction dims are -1.99 (beta_fast=32 turns; clamped to 0) and 4.03
     # (beta_slow=1 turn). truncate: ramp j/5 (ceil); without: ramp j/4.03.
-    high = 32 * math.log(64 / (2 * math.pi)) / (2 * math.log(10000.0))
-    assert 32 * math.log(64 / (32 * 2 * math.pi)) / (2 * math.log(10000.0)) < 0 and 4 < high < 5
-    plain = F.rope_inv_freq(32, 10000.0, dtype=torch.float64)
-    for truncate, high in ((True, 5.0), (False, high)):
+    slow = 32 * math.log(64 / (2 * math.pi)) / (2 * math.log(10000.0))
+    assert 32 * math.log(64 / (32 * 2 * math.pi)) / (2 * math.log(10000.0)) < 0 and 4 < slow < 5
+    plain = pf.rope_inv_freq(32, 10000.0, dtype=torch.float64)
+    for truncate, high in ((True, 5.0), (False, slow)):
         ramp = (torch.arange(16, dtype=torch.float64) / high).clamp(0, 1)
         expected = plain / 2 * ramp + plain * (1 - ramp)  # the reference's interpolation/extrapolation blend
-        torch.testing.assert_close(F.yarn_scaling(32, 10000.0, 2.0, 64, 64, truncate=truncate)[0], expected)
+        torch.testing.assert_close(pf.yarn_scaling(32, 10000.0, 2.0, 64, 64, truncate=truncate)[0], expected)
 
 
 def test_llama3_keeps_high_frequencies_divides_low_ones_and_blends_between():
     head_dim, base, factor, L = 128, 500000.0, 8.0, 8192
-    plain = F.rope_inv_freq(head_dim, base, dtype=torch.float64)
-    inv_freq, scale = F.llama3_scaling(head_dim, base, factor, L, L)
+    plain = pf.rope_inv_freq(head_dim, base, dtype=torch.float64)
+    inv_freq, scale = pf.llama3_scaling(head_dim, base, factor, L, L)
     wavelength = 2 * math.pi / plain
     high, low = wavelength < L / 4, wavelength > L / 1
     assert high.any() and low.any() and (~high & ~low).any() and scale == 1.0
@@ -400,10 +400,10 @@ def test_rope_scaling_config_resolves_and_validates():
     assert RopeScaling("yarn", 2.0).factor_for(64, 256) == 2.0
     assert RopeScaling("dynamic_ntk").factor_for(64, 256) == 1.0  # it follows the length by itself
     inv_freq, scale = RopeScaling("yarn").resolve(32, 10000.0, 64, 256)
-    expected, expected_scale = F.yarn_scaling(32, 10000.0, 4.0, 64, 256)
+    expected, expected_scale = pf.yarn_scaling(32, 10000.0, 4.0, 64, 256)
     assert torch.equal(inv_freq, expected) and scale == expected_scale
     inv_freq, _ = RopeScaling("dynamic_ntk").resolve(32, 10000.0, 64, 256)
-    assert torch.equal(inv_freq, F.ntk_scaling(32, 10000.0, 4.0, 64, 256)[0])
+    assert torch.equal(inv_freq, pf.ntk_scaling(32, 10000.0, 4.0, 64, 256)[0])
     with pytest.raises(ValueError, match="unknown rope scaling method"):
         RopeScaling("bogus").resolve(32, 10000.0, 64, 256)
 
@@ -421,7 +421,7 @@ def test_method_options_are_the_functions_keywords_and_the_original_length():
 def test_options_reach_the_method_and_change_its_frequencies():
     default = RopeScaling("yarn", 4.0).resolve(32, 10000.0, 64, 256)
     given = RopeScaling("yarn", 4.0, (("beta_fast", 16.0), ("beta_slow", 2.0))).resolve(32, 10000.0, 64, 256)
-    direct = F.yarn_scaling(32, 10000.0, 4.0, 64, 256, beta_fast=16.0, beta_slow=2.0)
+    direct = pf.yarn_scaling(32, 10000.0, 4.0, 64, 256, beta_fast=16.0, beta_slow=2.0)
     torch.testing.assert_close(given[0], direct[0], rtol=0, atol=0)
     assert not torch.equal(given[0], default[0])
     llama = RopeScaling("llama3", 4.0, (("low_freq_factor", 2.0), ("high_freq_factor", 8.0)))
@@ -434,7 +434,7 @@ def test_original_length_replaces_the_training_length_where_methods_read_it():
     scaling = RopeScaling("yarn", None, (("original_max_position_embeddings", 16),))
     assert scaling.factor_for(64, 256) == 16.0
     torch.testing.assert_close(scaling.resolve(32, 10000.0, 64, 256)[0],
-                               F.yarn_scaling(32, 10000.0, 16.0, 16, 256)[0], rtol=0, atol=0)
+                               pf.yarn_scaling(32, 10000.0, 16.0, 16, 256)[0], rtol=0, atol=0)
     assert RopeScaling("yarn").factor_for(64, 256) == 4.0
 
 

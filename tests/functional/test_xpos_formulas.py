@@ -5,25 +5,25 @@ import math
 
 import pytest
 import torch
-
-from posenc import functional as F
-from posenc.encoders.base import MAX_LENGTH
 from rounding import attention_bound, xpos_score_bound
+
+from posenc import functional as pf
+from posenc.encoders.base import MAX_LENGTH
 
 
 def rotated(length: int, head_dim: int, positions: torch.Tensor, seed: int = 0, dtype=torch.float32):
     """RoPE-rotated queries and keys ``[2, length, head_dim]`` at ``positions``, in ``dtype``."""
     g = torch.Generator().manual_seed(seed)
     q, k = (torch.randn(2, length, head_dim, generator=g, dtype=torch.float64) for _ in range(2))
-    inv = F.rope_inv_freq(head_dim, dtype=torch.float64)
-    return F.apply_rope(q, positions, inv).to(dtype), F.apply_rope(k, positions, inv).to(dtype)
+    inv = pf.rope_inv_freq(head_dim, dtype=torch.float64)
+    return pf.apply_rope(q, positions, inv).to(dtype), pf.apply_rope(k, positions, inv).to(dtype)
 
 
 def relative_reference(q, k, q_pos, k_pos, gamma, scale_base):
     """float64 ``sum_j Re(q_j conj k_j) zeta_j**((m-n)/scale_base)``, the decay from the distance alone;
     entries with the key after the query are left at 0 (only causal entries are compared)."""
     q, k = q.double(), k.double()
-    zeta = F.xpos_zeta(q.shape[-1], gamma)
+    zeta = pf.xpos_zeta(q.shape[-1], gamma)
     distance = (q_pos.double()[:, None] - k_pos.double()[None, :]).clamp(min=0) / scale_base
     out = 0
     for j in range(q.shape[-1] // 2):
@@ -36,7 +36,7 @@ def absolute_reference(q, k, positions, gamma, scale_base):
     """float64 scores of the factorisation from absolute positions: queries times ``zeta**(m/scale_base)``,
     keys times ``zeta**(-n/scale_base)`` (finite at short lengths only)."""
     power = positions.double() / scale_base
-    scale = (F.xpos_zeta(q.shape[-1], gamma)[None, :] ** power[:, None]).repeat_interleave(2, dim=-1)
+    scale = (pf.xpos_zeta(q.shape[-1], gamma)[None, :] ** power[:, None]).repeat_interleave(2, dim=-1)
     return (q.double() * scale) @ (k.double() / scale).transpose(-1, -2)
 
 
@@ -54,13 +54,13 @@ def test_relative_scores_equal_the_absolute_formula_at_short_lengths(scale_base)
     q, k = rotated(length, d, positions)
     want = absolute_reference(q, k, positions, 0.4, scale_base)
     assert torch.isfinite(want).all()
-    got = F.xpos_relative_scores(q, k, positions, positions, 0.4, scale_base)
+    got = pf.xpos_relative_scores(q, k, positions, positions, 0.4, scale_base)
     assert got.dtype == torch.float32 and got.shape == (2, length, length)
     mask = causal(length, length)
     bound = xpos_score_bound(q, k, positions, positions, scale_base)  # the float64 reference: exact beside it
     assert ((got.double() - want).abs()[:, mask] <= bound[:, mask]).all()
     # and the same as the centred factorisation (apply_xpos's tables: the decay is their modulus)
-    rq, rk = F.xpos_rotations(positions, F.rope_inv_freq(d), d, 0.4, scale_base, torch.complex128)
+    rq, rk = pf.xpos_rotations(positions, pf.rope_inv_freq(d), d, 0.4, scale_base, torch.complex128)
     decay_q, decay_k = (r.abs().repeat_interleave(2, dim=-1) for r in (rq, rk))
     centred = (q.double() * decay_q) @ (k.double() * decay_k).transpose(-1, -2)
     torch.testing.assert_close(centred[:, mask], want[:, mask])
@@ -75,7 +75,7 @@ def test_relative_scores_are_finite_and_exact_at_long_lengths(length):
     q, k = rotated(length, d, positions)
     for start in (0, length // 2, length - n):
         rows = slice(start, start + n)
-        got = F.xpos_relative_scores(q[:, rows], k, positions[rows], positions, 0.4, 16.0)
+        got = pf.xpos_relative_scores(q[:, rows], k, positions[rows], positions, 0.4, 16.0)
         assert torch.isfinite(got).all()  # every entry, the unspecified future ones included
         want = relative_reference(q[:, rows], k, positions[rows], positions, 0.4, 16.0)
         mask = causal(n, length, start)
@@ -90,15 +90,15 @@ def test_last_rotations_are_finite_and_exact_for_the_last_query(length):
     query exactly (what `posenc kernels` reads)."""
     d = 8
     positions = torch.arange(length)
-    rq, rk = F.xpos_last_rotations(positions, F.rope_inv_freq(d), d, 0.4, 16.0)
+    rq, rk = pf.xpos_last_rotations(positions, pf.rope_inv_freq(d), d, 0.4, 16.0)
     assert torch.isfinite(torch.view_as_real(rq)).all() and torch.isfinite(torch.view_as_real(rk)).all()
     assert rq.abs().max() <= 1 + 1e-6 and rk.abs().max() <= 1 + 1e-6
     g = torch.Generator().manual_seed(3)
     q, k = torch.randn(1, d, generator=g), torch.randn(length, d, generator=g)
-    got = F.apply_rotation(q, rq[-1:]) @ F.apply_rotation(k, rk).T  # [1, length]
-    inv = F.rope_inv_freq(d).double()  # the tables' own (float32) frequencies: the formula at them
-    rotated_q = F.apply_rope(q.double(), positions[-1:], inv)
-    rotated_k = F.apply_rope(k.double(), positions, inv)
+    got = pf.apply_rotation(q, rq[-1:]) @ pf.apply_rotation(k, rk).T  # [1, length]
+    inv = pf.rope_inv_freq(d).double()  # the tables' own (float32) frequencies: the formula at them
+    rotated_q = pf.apply_rope(q.double(), positions[-1:], inv)
+    rotated_k = pf.apply_rope(k.double(), positions, inv)
     want = relative_reference(rotated_q, rotated_k, positions[-1:], positions, 0.4, 16.0)
     # the query factor is 1 (no query_log_scale); the fp32 tables' rotations carry 2 roundings each side
     bound = xpos_score_bound(rotated_q, rotated_k, positions[-1:], positions, 16.0, 0.0, 4, torch.float32)
@@ -115,7 +115,7 @@ def test_relative_scores_are_unchanged_by_shifting_every_position(length):
     for shift in (0, 1000, 500_000):
         positions = torch.arange(length) + shift
         q, k = rotated(length, d, positions)
-        scores.append(F.xpos_relative_scores(q[:, rows], k, positions[rows], positions, 0.4, 16.0))
+        scores.append(pf.xpos_relative_scores(q[:, rows], k, positions[rows], positions, 0.4, 16.0))
         assert torch.isfinite(scores[-1]).all()
     mask = causal(64, length, length - 64)
     # each shift's queries and keys are the same float64 vectors rotated elsewhere and rounded to fp32 (one
@@ -131,7 +131,7 @@ def test_relative_scores_take_any_positions_and_broadcast():
     """Unsorted, spread-out positions (many query windows), keys broadcast against the queries."""
     positions = torch.randperm(20_000, generator=torch.Generator().manual_seed(5))[:200].double()
     q, k = rotated(200, 8, positions, dtype=torch.float64)
-    got = F.xpos_relative_scores(q[:1], k, positions, positions, 0.4, 4.0)  # [1, ...] against [2, ...]
+    got = pf.xpos_relative_scores(q[:1], k, positions, positions, 0.4, 4.0)  # [1, ...] against [2, ...]
     assert got.shape == (2, 200, 200) and torch.isfinite(got).all()
     want = relative_reference(q[:1], k, positions, positions, 0.4, 4.0)
     mask = positions[None, :] <= positions[:, None]
@@ -149,10 +149,10 @@ def test_window_attention_equals_the_float64_softmax_of_the_formula(length, n_he
     positions = torch.arange(length)
     g = torch.Generator().manual_seed(length)
     q, k = (torch.randn(2, n_heads, length, d, generator=g, dtype=torch.float64) for _ in range(2))
-    inv = F.rope_inv_freq(d, dtype=torch.float64)
-    q, k = F.apply_rope(q, positions, inv).float(), F.apply_rope(k, positions, inv).float()
+    inv = pf.rope_inv_freq(d, dtype=torch.float64)
+    q, k = pf.apply_rope(q, positions, inv).float(), pf.apply_rope(k, positions, inv).float()
     v = torch.randn(2, n_heads, length, d, generator=g)
-    got = F.xpos_window_attention(q, k, v, 0.4, scale_base)
+    got = pf.xpos_window_attention(q, k, v, 0.4, scale_base)
     scores = relative_reference(q, k, positions, positions, 0.4, scale_base) / math.sqrt(d)
     want = scores.masked_fill(~causal(length, length), -math.inf).softmax(-1) @ v.double()
     assert got.dtype == torch.float32 and got.shape == q.shape
