@@ -1,25 +1,40 @@
 """Causal attention backends: how a model attends, given an encoder. The model (posenc/model.py) calls one
-:class:`CausalAttention` object and never needs to know which backend ran.
+:class:`CausalAttention` object and never needs to know which path ran.
 
-- Encoders without a score bias: PyTorch's fused causal ``scaled_dot_product_attention``.
-- ALiBi-like biases ``-m_h (i - j)`` (``encoder.linear_bias_slopes()``) at inference on CPU: fused SDPA with
-  the bias carried exactly by two more query/key dimensions (:meth:`CausalAttention.linear_bias`).
-- Biases that are a constant per head beyond some distance (T5, ``encoder.far_bias()``) at inference on CPU
-  from ``FLEX_MIN_LENGTH`` on: one fused causal call for the far keys plus a band of query blocks for the near
-  ones (:meth:`CausalAttention.far_constant`).
-- Other biases of the distance alone (``encoder.distance_table``: KERPLE, ALiBi with other slopes, T5 below
-  that length) at inference on CPU: fused SDPA with a strided view of the table as its mask
-  (:meth:`CausalAttention.distance_table`).
-- Other encoders with a score bias (FIRE; the others when training or on GPU): *query blocks* (the
-  bias ``[n_h, block, keys]`` one block of queries at a time: linear memory, any device), or compiled
-  *FlexAttention* (Dong et al. 2024: the bias computed inside the kernel, block-sparse causal), chosen by
-  length and by what runs here.
-- A data-dependent bias of the key alone (``KeyBias``: FoX), training or not: fused SDPA with two more
-  query/key dimensions (:func:`posenc.fused_bias.key_bias_attention`); one that computes its attention itself
-  (``OwnAttention``: CoPE; xPos past its centred range at inference) does; the rest: query blocks
-  (:meth:`CausalAttention.data_blocked`).
+:func:`choose_paths` picks the paths from the encoder's capabilities and the call's :class:`Setting` alone,
+and :data:`PATHS` runs each; a path that declines (returns None) hands over to the next one chosen.
 
-The fused paths are :mod:`posenc.fused_bias`.
+| path | when | what it computes |
+|---|---|---|
+| ``key_bias`` | a data bias of the key alone (``KeyBias``: FoX) | fused SDPA, bias as 2 q/k dims |
+| ``own_attention`` | a data bias that attends itself (``OwnAttention``: CoPE) | the encoder's own attention |
+| ``data_blocked`` | any other data bias | query blocks, bias ``[b, n_h, block, keys]`` |
+| ``fused_causal`` | no score bias | fused causal SDPA |
+| ``linear_bias`` | fused¹; ALiBi-like slopes; exact here (else declines) | fused SDPA, bias as 2 q/k dims |
+| ``far_constant`` | fused¹; constant bias from ``reach`` (T5); long² | one fused call for far keys; a band |
+| ``distance_table`` | fused¹; positions ``0..s-1``; has a table (else declines) | SDPA, table view as mask |
+| ``flex`` | ``kind="flex"``, or long² with no CPU backward | compiled FlexAttention |
+| ``blocked`` | any other score bias; the fallback of all above | query blocks, bias ``[n_h, block, keys]`` |
+
+¹ ``kind="auto"``, on CPU, no dropout and no gradient wanted (the fused paths have no backward).
+² from ``FLEX_MIN_LENGTH`` tokens with ``kind="auto"`` and no dropout (``far_constant``: and past ``reach``).
+
+The paths each built-in encoder takes (``>`` between fallbacks; 4 heads, trained at 512 tokens; checked
+against the registry by tests/test_attention.py):
+
+| encoder | CPU training | CPU inference, 512 | CPU inference, 2048 |
+|---|---|---|---|
+| alibi | blocked | linear_bias > distance_table > blocked | linear_bias > distance_table > flex > blocked |
+| t5 | blocked | distance_table > blocked | far_constant |
+| kerple, fire | blocked | distance_table > blocked | distance_table > flex > blocked |
+| cope | own_attention > data_blocked | own_attention > data_blocked | own_attention > data_blocked |
+| fox | key_bias | key_bias | key_bias |
+| the others | fused_causal | fused_causal | fused_causal |
+
+On GPU a score bias takes ``flex > blocked`` from ``FLEX_MIN_LENGTH`` tokens, ``blocked`` below. xPos past its
+centred range (``XPos.MAX_LOG_SCALE``: about 24,500 tokens at head width 8) has a data bias: own attention
+(query windows, CPU inference) or ``data_blocked``. At inference on CPU, subnormal floats are flushed to zero
+around the call (:mod:`posenc.subnormals`). The fused paths are :mod:`posenc.fused_bias`.
 
 A backend owns its compiled kernels, causal block masks and the record of whether FlexAttention runs on
 this machine. Models share :data:`SHARED` by default, so that evaluating many checkpoints compiles each
@@ -31,6 +46,9 @@ from __future__ import annotations
 import logging
 import types
 from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +81,94 @@ DATA_BIAS_ELEMENTS = 1 << 22
 # Length-specialized FlexAttention kernels per score_mod; later lengths share a shape-generic kernel.
 STATIC_FLEX_KERNELS = 6
 ATTENTION_KINDS = ("auto", "flex", "blocked")
+
+
+class Call(NamedTuple):
+    """One call's arguments, as :meth:`CausalAttention.__call__` takes them."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    positions: Tensor
+    encoder: PositionalEncoder
+    dropout_p: float
+    kind: str
+    data_bias: DataBias | None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What :func:`choose_paths` needs to know of a call besides its encoder and data bias.
+
+    Attributes:
+        kind: ``model.attention``: ``auto``, ``flex`` or ``blocked``.
+        length: the sequence length ``s``.
+        dropout: whether attention dropout is on.
+        cpu_inference: on CPU, and nothing (``q``, ``k``, ``v``, the encoder's parameters) needs a gradient.
+        cpu_backward: on CPU with a gradient wanted for ``q`` (FlexAttention has no backward on CPU).
+        positions_0_to_s: the positions are ``0..s-1`` (looked at for CPU inference only, where it is used).
+    """
+
+    kind: str
+    length: int
+    dropout: bool = False
+    cpu_inference: bool = False
+    cpu_backward: bool = False
+    positions_0_to_s: bool = False
+
+    @classmethod
+    def of(cls, call: Call) -> Setting:
+        q, positions = call.q, call.positions
+        seq, cpu = q.shape[-2], q.device.type == "cpu"
+        cpu_inference = cpu and not _needs_grad(q, call.k, call.v, call.encoder)
+        in_order = cpu_inference and torch.equal(positions, torch.arange(seq, device=positions.device))
+        return cls(
+            kind=call.kind, length=seq, dropout=call.dropout_p != 0.0, cpu_inference=cpu_inference,
+            cpu_backward=cpu and torch.is_grad_enabled() and q.requires_grad, positions_0_to_s=in_order,
+        )
+
+
+def choose_paths(encoder: PositionalEncoder, data_bias: DataBias | None, setting: Setting,
+                 flex_min_length: int = FLEX_MIN_LENGTH) -> tuple[str, ...]:
+    """The attention paths (keys of :data:`PATHS`) to try in order, from the encoder's capabilities and the
+    call's setting alone; the module docstring's table says when each applies. Every path but the last may
+    decline (return None), and the next is tried."""
+    if isinstance(data_bias, KeyBias):
+        return ("key_bias",)
+    if isinstance(data_bias, OwnAttention):
+        return ("own_attention", "data_blocked")
+    if data_bias is not None:
+        return ("data_blocked",)
+    if not encoder.has_score_bias:
+        return ("fused_causal",)
+    s = setting
+    fused = s.kind == "auto" and s.cpu_inference and not s.dropout  # no backward: training keeps query blocks
+    paths = ["linear_bias"] if fused and encoder.linear_bias_slopes() is not None else []
+    far = encoder.far_bias() if fused else None
+    if far is not None and max(far[0] + 1, flex_min_length) <= s.length:
+        return (*paths, "far_constant")  # shorter: the distance table is faster
+    if fused and s.positions_0_to_s:
+        paths.append("distance_table")
+    # FlexAttention has no backward on CPU: a CPU training step takes the query blocks (auto) instead of
+    # failing there and marking flex broken for the evaluations that follow.
+    if s.kind == "flex" or (s.kind == "auto" and s.length >= flex_min_length and not s.dropout
+                            and not s.cpu_backward):
+        paths.append("flex")
+    return (*paths, "blocked")
+
+
+#: Each path of :func:`choose_paths`: ``(backend, call) -> output``, or None where it declines.
+PATHS: dict[str, Callable[[CausalAttention, Call], Tensor | None]] = {
+    "key_bias": lambda a, c: fused_bias.key_bias_attention(c.q, c.k, c.v, c.data_bias.key, c.dropout_p),
+    "own_attention": lambda a, c: c.data_bias.attend(c.v, c.dropout_p),
+    "data_blocked": lambda a, c: a.data_blocked(c.q, c.k, c.v, c.data_bias, c.dropout_p),
+    "fused_causal": lambda a, c: _fused_causal(c.q, c.k, c.v, c.dropout_p),
+    "linear_bias": lambda a, c: a.linear_bias(c.q, c.k, c.v, c.positions, c.encoder.linear_bias_slopes()),
+    "far_constant": lambda a, c: a.far_constant(c.q, c.k, c.v, c.positions, c.encoder, *c.encoder.far_bias()),
+    "distance_table": lambda a, c: a.distance_table(c.q, c.k, c.v, c.encoder),
+    "flex": lambda a, c: a.flex_or_none(c),
+    "blocked": lambda a, c: a.blocked(c.q, c.k, c.v, c.positions, c.encoder, c.dropout_p),
+}
 
 
 class CausalAttention:
@@ -100,60 +206,40 @@ class CausalAttention:
         Returns:
             ``[b, n_h, s, h_d]``.
 
-        At inference on CPU, subnormal floats are flushed to zero while it runs (:mod:`posenc.subnormals`: a
-        steep bias otherwise slows the fused kernels on some CPUs, with the same numbers).
+        The paths of :func:`choose_paths` are tried in order (:data:`PATHS`); the first that does not decline
+        gives the output. At inference on CPU, subnormal floats are flushed to zero while it runs
+        (:mod:`posenc.subnormals`: a steep bias otherwise slows the fused kernels on some CPUs, with the same
+        numbers).
         """
-        cpu_inference = q.device.type == "cpu" and not _needs_grad(q, k, v, encoder)
-        if cpu_inference:
-            with flush_subnormals():
-                return self._attend(q, k, v, positions, encoder, dropout_p, kind, data_bias, cpu_inference)
-        return self._attend(q, k, v, positions, encoder, dropout_p, kind, data_bias, cpu_inference)
+        call = Call(q, k, v, positions, encoder, dropout_p, kind, data_bias)
+        setting = Setting.of(call)
+        with flush_subnormals() if setting.cpu_inference else nullcontext():
+            for path in choose_paths(encoder, data_bias, setting, self.flex_min_length):
+                out = PATHS[path](self, call)
+                if out is not None:
+                    return out
+        raise AssertionError("every attention path declined")  # unreachable: the last one never declines
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
-                dropout_p: float, kind: str, data_bias: DataBias | None, cpu_inference: bool) -> Tensor:
-        """:meth:`__call__`'s choice of path, and the call (``cpu_inference``: on CPU with no gradient needed)."""
-        if isinstance(data_bias, KeyBias):
-            return fused_bias.key_bias_attention(q, k, v, data_bias.key, dropout_p)
-        if isinstance(data_bias, OwnAttention):
-            out = data_bias.attend(v, dropout_p)
-            if out is not None:
-                return out
-        if data_bias is not None:
-            return self.data_blocked(q, k, v, data_bias, dropout_p)
-        if not encoder.has_score_bias:
-            return _fused_causal(q, k, v, dropout_p)
-        # the fused paths: inference on CPU only (no backward; training keeps query blocks)
-        fused = kind == "auto" and cpu_inference and dropout_p == 0.0
-        slopes = encoder.linear_bias_slopes()
-        if fused and slopes is not None:
-            out = self.linear_bias(q, k, v, positions, slopes)
-            if out is not None:
-                return out
-        far = encoder.far_bias()
-        if fused and far is not None and max(far[0] + 1, self.flex_min_length) <= q.shape[-2]:
-            return self.far_constant(q, k, v, positions, encoder, *far)  # shorter: the distance table is faster
-        seq = q.shape[-2]
-        if fused and torch.equal(positions, torch.arange(seq, device=positions.device)):
-            out = self.distance_table(q, k, v, encoder)
-            if out is not None:
-                return out
-        # FlexAttention has no backward on CPU: a CPU training step takes the query blocks (auto) instead of
-        # failing there and marking flex broken for the evaluations that follow.
-        cpu_backward = q.device.type == "cpu" and torch.is_grad_enabled() and q.requires_grad
-        wants_flex = kind == "flex" or (kind == "auto" and seq >= self.flex_min_length and dropout_p == 0.0
-                                        and not cpu_backward)
-        score_mod = self.score_mod(encoder, q) if wants_flex else None  # q_idx/kv_idx: the positions 0..s-1
-        if score_mod is not None and kind == "flex" and self.broken:
-            raise ConfigError(f"model.attention=flex does not run here: {self.broken}")
-        if score_mod is not None and not self.broken:
-            try:
-                return self.flex(q, k, v, score_mod)
-            except Exception as err:  # no C compiler, unsupported device or torch: query blocks work everywhere
-                if kind == "flex":
-                    raise ConfigError(f"model.attention=flex does not run here: {_first_line(err)}") from err
-                self.broken = _first_line(err)
-                log.warning("FlexAttention does not run here (%s); using query blocks", self.broken)
-        return self.blocked(q, k, v, positions, encoder, dropout_p)
+    def flex_or_none(self, call: Call) -> Tensor | None:
+        """:meth:`flex` with the encoder's score_mod; None (the caller takes query blocks) where the encoder
+        has none, or FlexAttention does not run here (found on its first failure, then remembered). With
+        ``kind="flex"`` not running is a :class:`~posenc.errors.ConfigError` instead."""
+        q, kind = call.q, call.kind
+        score_mod = self.score_mod(call.encoder, q)  # q_idx/kv_idx: the positions 0..s-1
+        if score_mod is None:
+            return None
+        if self.broken:
+            if kind == "flex":
+                raise ConfigError(f"model.attention=flex does not run here: {self.broken}")
+            return None
+        try:
+            return self.flex(q, call.k, call.v, score_mod)
+        except Exception as err:  # no C compiler, unsupported device or torch: query blocks work everywhere
+            if kind == "flex":
+                raise ConfigError(f"model.attention=flex does not run here: {_first_line(err)}") from err
+            self.broken = _first_line(err)
+            log.warning("FlexAttention does not run here (%s); using query blocks", self.broken)
+            return None
 
     @staticmethod
     def score_mod(encoder: PositionalEncoder, q: Tensor) -> Callable[..., Tensor] | None:

@@ -2,6 +2,7 @@
 same numbers as a dense reference, and a backend owns its state (each test makes its own)."""
 
 import copy
+import itertools
 
 import pytest
 import torch
@@ -224,7 +225,7 @@ def test_linear_bias_is_used_only_where_it_is_exact():
 
 def test_the_exactness_check_can_say_no(monkeypatch):
     """A fused kernel that summed the bias dimensions last would round m j at its magnitude: the check sees it."""
-    import posenc.attention as attention
+    from posenc import attention
 
     real = attention.F.scaled_dot_product_attention
 
@@ -327,7 +328,7 @@ def test_fused_attention_gets_one_head_width(name, monkeypatch):
     """PyTorch's fused CPU kernels need queries, keys and values of one head dimension; with PoPE's doubled
     queries and keys SDPA would fall back to its math path, which holds the [b, h, s, s] scores (out of memory
     at 32768 tokens). Every SDPA call a model makes gets one width, and PoPE's padded values change nothing."""
-    import posenc.attention as attention
+    from posenc import attention
     from posenc.model import ModelConfig, Transformer
 
     sdpa = attention.F.scaled_dot_product_attention
@@ -355,3 +356,48 @@ def test_values_narrower_than_queries_equal_the_math_reference():
     causal = torch.ones(37, 37, dtype=torch.bool).tril()
     scores = (q @ k.transpose(-1, -2) / 16 ** 0.5).masked_fill(~causal, float("-inf"))
     torch.testing.assert_close(_fused_causal(q, k, v, 0.0), scores.softmax(-1) @ v)
+
+
+# The columns of posenc/attention.py's table of the paths each built-in takes: (sequence length, training)
+DOCUMENTED_SETTINGS = {"CPU training": (2048, True), "CPU inference, 512": (512, False),
+                       "CPU inference, 2048": (2048, False)}
+
+
+def _documented_paths() -> dict[str, dict[str, tuple[str, ...]]]:
+    """posenc/attention.py's docstring table ``| encoder | CPU training | ... |``: encoder, column -> paths."""
+    from posenc import attention
+
+    lines = attention.__doc__.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| encoder |"))
+    header = [cell.strip() for cell in lines[start].strip("|").split("|")][1:]
+    assert header == list(DOCUMENTED_SETTINGS)
+    table = {}
+    for line in itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2:]):
+        names, *cells = (cell.strip() for cell in line.strip("|").split("|"))
+        for name in names.split(", "):
+            table[name] = {col: tuple(cell.split(" > ")) for col, cell in zip(header, cells, strict=True)}
+    return table
+
+
+@pytest.mark.parametrize("name", ENCODERS.builtins())
+def test_the_chooser_takes_the_documented_paths(name):
+    """choose_paths, given what the model's hooks (rotate, data_bias) give it, answers what the module
+    docstring says for every built-in encoder: a new encoder, or a changed rule, fails here until the table
+    says it."""
+    from posenc.attention import PATHS, Call, Setting, choose_paths
+
+    documented = _documented_paths()
+    expected = documented.get(name, documented["the others"])
+    torch.manual_seed(0)
+    layer = build_encoder(name, AttentionShape(32, 4), 512).for_layer(0)
+    for column, (length, training) in DOCUMENTED_SETTINGS.items():
+        x = torch.randn(1, length, 32)
+        q0, k0, v = (torch.randn(1, 4, length, 8, requires_grad=training) for _ in range(3))
+        positions = torch.arange(length)
+        with torch.set_grad_enabled(training):
+            q, k = layer.rotate(q0, k0, positions)
+            data_bias = layer.data_bias(x, q, k)
+            setting = Setting.of(Call(q, k, v, positions, layer, 0.0, "auto", data_bias))
+            paths = choose_paths(layer, data_bias, setting)
+        assert paths == expected[column], column
+        assert set(paths) <= set(PATHS)
