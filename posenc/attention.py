@@ -66,15 +66,16 @@ log = logging.getLogger("posenc.attention")
 # so memory stays linear in the sequence length instead of a whole [b, n_h, s, s] tensor.
 BIAS_QUERY_BLOCK = 512
 # From this length on, score-bias encoders use compiled FlexAttention (model.attention=auto): the bias is
-# computed inside the kernel (linear memory, ~2.3x fused causal SDPA at 8192 on a 2-core CPU against ~8x
-# for query blocks). Shorter sequences stay on query blocks, which need no compilation.
+# computed inside the kernel (linear memory, and far faster than query blocks at long lengths: see
+# docs/performance.md, section "Measurements behind design choices"). Shorter sequences stay on query blocks,
+# which need no compilation.
 FLEX_MIN_LENGTH = 1024
 FLEX_BLOCK = 128  # FlexAttention's default block size
-# Queries per block of the near band in far_constant: each attends to block + reach keys (T5 at 2048 and 8192
-# tokens, reach 64, one thread: 1.3x and 1.15x fused SDPA's time at 128; 2.3x and 1.35x at 512).
+# Queries per block of the near band in far_constant: each attends to block + reach keys (128: the faster of
+# the sizes timed; see docs/performance.md, section "Measurements behind design choices").
 FAR_BAND_BLOCK = 128
-# Queries per block in distance_table (KERPLE at 8192 tokens, 4 heads, 2 threads: 1.19, 1.18, 1.13 and 1.25x
-# fused causal SDPA's time at 256, 512, 1024 and 2048).
+# Queries per block in distance_table (1024: the fastest of the sizes timed; see docs/performance.md, section
+# "Measurements behind design choices").
 TABLE_QUERY_BLOCK = 1024
 # Bias entries per query block of a data-dependent bias ([b, n_h, block, s_k]): 2**22 floats, 16 MiB.
 DATA_BIAS_ELEMENTS = 1 << 22
@@ -332,11 +333,11 @@ class CausalAttention:
         """Causal attention with ``score_mod`` through compiled FlexAttention (Dong et al. 2024).
 
         Only the blocks on or below the diagonal are computed; no ``[s, s]`` tensor exists. One sequence per
-        call, so a kernel is specialized to a length only: length-specialized kernels run ~15% faster than a
-        shape-generic one on CPU, and the first ``static_kernels`` lengths of each score_mod get one; later
-        ones share a generic kernel (Dynamo recompiles a function at most 8 times, and past that would fall
-        back to eager FlexAttention, which builds the whole ``[s, s]`` score matrix). Shapes as in
-        :meth:`__call__`.
+        call, so a kernel is specialized to a length only: length-specialized kernels run faster than a
+        shape-generic one on CPU (see docs/performance.md, section "Measurements behind design choices"), and
+        the first ``static_kernels`` lengths of each score_mod get one; later ones share a generic kernel
+        (Dynamo recompiles a function at most 8 times, and past that would fall back to eager FlexAttention,
+        which builds the whole ``[s, s]`` score matrix). Shapes as in :meth:`__call__`.
         """
         seq = q.shape[-2]
         # a score_mod's code, and the variant of it a kernel is specialised to (FIRE: its unrolled width)
@@ -407,8 +408,9 @@ def _first_line(err: Exception) -> str:
 def _fused_causal(q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> Tensor:
     """Causal SDPA where queries and keys may be wider than values (PoPE doubles them): PyTorch's fused CPU
     kernels need one head dimension, and otherwise SDPA falls back to its math path, which holds the whole
-    ``[b, n_h, s, s]`` score matrix (measured: 7.2 s and 2.8 GiB at 8192 tokens against 0.41 s padded; out of
-    memory at 32768). Values padded with zeros give the same output in their first ``h_d`` columns.
+    ``[b, n_h, s, s]`` score matrix (far slower, and out of memory at long lengths: see docs/performance.md,
+    section "Measurements behind design choices"). Values padded with zeros give the same output in their
+    first ``h_d`` columns.
 
     Args:
         q, k: ``[b, n_h, s, h_qk]``; v: ``[b, n_h, s, h_d]`` with ``h_d <= h_qk``.

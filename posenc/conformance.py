@@ -211,8 +211,9 @@ class Subject:
 class CheckAttention(CausalAttention):
     """posenc's attention with small query blocks (several per sequence at small sizes), without FlexAttention:
     that is posenc's kernel and causal block mask around the encoder's ``score_mod``, which the score_mod line
-    runs directly (eagerly: no compiler needed); at the models' sizes query blocks are the faster (measured on
-    FIRE: causality and lengths in 1.0 s of CPU against 2.3 s). Were FlexAttention asked for, it runs eagerly."""
+    runs directly (eagerly: no compiler needed); at the models' sizes query blocks are the faster (see
+    docs/performance.md, section "Measurements behind design choices"). Were FlexAttention asked for, it runs
+    eagerly."""
 
     def __init__(self) -> None:
         super().__init__(query_block=QUERY_BLOCK, flex_min_length=MAX_LENGTH)
@@ -292,14 +293,14 @@ def _run(name: str, check: Callable[[Subject], str], subject: Subject) -> Outcom
             return Outcome(name, True, check(subject))
     except Broken as err:
         return Outcome(name, False, str(err))
-    except Exception as err:  # the encoder's own code failing is a failed property, said in one line
+    except Exception as err:  # noqa: BLE001 - the encoder's own code failing is a failed property, in one line
         return Outcome(name, False, f"raised {_first_line(err)}{_where(err)}")
 
 
 @contextmanager
 def one_thread() -> Iterator[None]:
     """Torch on one thread meanwhile: the check's tensors are tiny, and handing them to threads costs more than
-    the work (on a busy 2-core CPU, ~20x: measured 0.7 s against 31 s of CPU for the causality property)."""
+    the work (see docs/performance.md, section "Measurements behind design choices")."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -342,7 +343,7 @@ def accepts(encoder: PositionalEncoder, length: int) -> bool:
     """Whether ``check_positions`` accepts ``length`` (how it refuses is the lengths property's matter)."""
     try:
         encoder.check_positions(length)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any refusal is a refusal here
         return False
     return True
 
@@ -824,7 +825,9 @@ def score_mod(cases: list[Case]) -> str | None:
             bias_worst.add(difference(got, case.bias[head], causal_mask(s)), case.bias_tolerance,
                            f"head {head}, {case.label}")
         if s < 3 * TRAIN_LENGTH:
-            continue  # eager FlexAttention traces its score_mod at every call (~0.2 s): past training only
+            # eager FlexAttention traces its score_mod at every call (slow; see docs/performance.md, section
+            # "Measurements behind design choices"): past training only
+            continue
         with torch.no_grad():
             flex_mod = CausalAttention.score_mod(layer, case.q)
             out = eager_flex(case.q, case.k, case.v, flex_mod, CausalAttention().block_mask(s, case.q.device))
@@ -954,11 +957,11 @@ def fast_path_outcomes(subject: Subject) -> list[Outcome]:
     try:
         with torch.random.fork_rng(), _quiet():
             cases = fast_cases(subject)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - the encoder's own code, said in one line
         return [Outcome("fast paths", False, f"raised {_first_line(err)}{_where(err)}")]
     outcomes = []
     for name, path in FAST_PATHS:
-        outcome = _run(name, lambda _: path(cases) or "", subject)
+        outcome = _run(name, lambda _, path=path: path(cases) or "", subject)
         if outcome.detail or not outcome.passed:
             outcomes.append(outcome)
     if any(isinstance(c.data, OwnAttention) for c in cases):
@@ -988,7 +991,7 @@ def check(encoder: str | type, options: dict[str, Any] | None = None,
         subject.build()  # bad options: one error line, not a table of failures
     except PosencError:
         raise
-    except Exception:  # the encoder's own code failing: each property says where
+    except Exception:  # noqa: BLE001, S110 - the encoder's own code failing: each property says where
         pass
     start = time.perf_counter()
     outcomes: list[Outcome] = []

@@ -20,7 +20,9 @@ from posenc.progress import console
 
 # Memory: every evaluated sequence's row plus the largest forward pass (see :func:`memory_estimate`).
 ROW_BYTES = 400  # memory per evaluated sequence kept until the tables are written (numpy, then pandas rows)
-TOKEN_BYTES = 16  # x (d_model + d_mlp + vocabulary) per token of a forward pass: ~4x what a tiny model used on CPU
+# x (d_model + d_mlp + vocabulary) per token of a forward pass: a margin over what a tiny model used on CPU
+# (see docs/performance.md, section "Measurements behind design choices")
+TOKEN_BYTES = 16
 VOCABULARY = 256  # an upper bound on a task's vocabulary (lm: bytes)
 MEMORY_SHARE = 0.8  # of the memory available now, what one command may plan to use
 
@@ -100,8 +102,8 @@ def time_estimate(configs: dict, wanted: dict, plan: dict, sequences: int | None
     length; passkey's 5 depths each), and ``rate`` the FLOP/s of :func:`matmul_rate` on the evaluation
     device. ``TIME_FACTOR`` (3) covers what the FLOPs leave out: softmax, masks, encoders' extra work (score
     biases, rotations), data generation, the loss and per-sequence scores, and matrices smaller than the ones
-    timed; measured, real over ``flops / rate`` was 1.7-2.1 (rope on copy, default model, 512 and 2048
-    tokens, one CPU thread), so 3 leaves a margin for slower encoders. Ignored: lengths an encoder cannot
+    timed; 3 leaves a margin over the ratio measured for rope (see docs/performance.md, section
+    "Measurements behind design choices") for slower encoders. Ignored: lengths an encoder cannot
     represent (counted as if evaluated, though they are skipped at once), query-block attention being slower
     than fused attention, a task's own default sequence count, loading checkpoints, and writing the tables.
     BaseConv layers count their projections only."""

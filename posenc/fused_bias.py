@@ -87,8 +87,8 @@ def distance_table_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, que
     the output rows, and the keys keep their order (far to near: the kernel's running sums add small terms
     before large ones, as in the reference; reversing the keys instead measured ~5x the reference's error),
     so the result is the reference's to fp32 accuracy. The fused CPU kernel reads the mask through its
-    strides (measured: 69 MiB peak growth at 32768 tokens and 4 heads, where one block's dense mask would be
-    512 MiB). Each block of ``query_block`` queries attends to the keys up to its last query, so the masked
+    strides, without a dense copy (peak memory in docs/performance.md, section "Measurements behind design
+    choices"). Each block of ``query_block`` queries attends to the keys up to its last query, so the masked
     upper triangle costs about ``query_block / (2 s)`` more work than causal SDPA.
 
     Args:
@@ -138,7 +138,7 @@ def far_constant_attention(q: Tensor, k: Tensor, v: Tensor, encoder: PositionalE
     Returns:
         ``[b, n_h, s, h_d]``.
     """
-    b, h, s, d = q.shape
+    b, h, s, _ = q.shape
     positions = torch.arange(s, device=q.device)
     out = torch.empty_like(q)
     near_lse = q.new_empty(b, h, s)
@@ -174,7 +174,8 @@ def key_bias_attention(q: Tensor, k: Tensor, v: Tensor, key_bias: Tensor, dropou
     even where ``key_bias`` is large (FoX's cumulative log gates reach ``-s log 2`` at initialisation), and
     rounds it once. (Carried by one dimension, ``key_bias[j]`` alone, the scores would round at the scale of
     ``|key_bias|``: measured about twice the reference's error at 1300 tokens.) Memory is linear; time is fused
-    causal SDPA's at head width ``h_d + 2`` (measured 1.16x width ``h_d = 32``'s at 8192 tokens, 2-core CPU).
+    causal SDPA's at head width ``h_d + 2`` (timed in docs/performance.md, section "Measurements behind design
+    choices").
 
     Args:
         q, k, v: ``[b, n_h, s, h_d]``; 16-bit inputs are attended in fp32 (a 16-bit bias column would round

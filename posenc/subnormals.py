@@ -3,10 +3,9 @@
 Why: a score bias that falls steeply with distance (ALiBi's ``-m_h (i - j)``, FoX's cumulative log forget gates)
 puts, in every softmax row, a band of keys whose ``exp(s_ij - max_i)`` lands in fp32's subnormal range
 (``s_ij - max_i`` between about -104 and -87). x86 CPUs compute with subnormal operands or results through a
-slow microcode path; on the Intel Xeon this was measured on, that band alone made fused SDPA 1.7x slower at
-8192 tokens (one thread: ALiBi-like scores against random ones at the same head width), while the AMD EPYC
-machines the fused paths were tuned on pay far less (issue 38). With flush-to-zero and denormals-are-zero set,
-the same call runs at the head width's own cost.
+slow microcode path, which on some CPUs makes fused SDPA markedly slower (issue 38; the measurement is in
+docs/performance.md, section "Measurements behind design choices"). With flush-to-zero and
+denormals-are-zero set, the same call runs at the head width's own cost.
 
 The numbers do not change in practice: a flushed term is below ``2**-126`` against the row's largest term,
 ``exp(0) = 1``, so it is far below the rounding of the row's sum and of ``p @ v``; tests/test_subnormals.py

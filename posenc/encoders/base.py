@@ -177,12 +177,12 @@ class PositionalEncoder(nn.Module):
         tokens, or None if not given.
 
         Used for the model's positions ``0..s-1``, so ``q_idx``/``kv_idx`` are the positions themselves (no
-        gather inside the kernel: ~12% faster). Must agree with ``score_bias`` on causal entries (tests check
-        it); entries with ``kv_idx > q_idx`` are masked, but are still computed inside a kernel's diagonal
-        blocks, so a table lookup must stay in range there. Learned biases of the distance alone (T5,
+        gather inside the kernel, which is faster). Must agree with ``score_bias`` on causal entries (tests
+        check it); entries with ``kv_idx > q_idx`` are masked, but are still computed inside a kernel's
+        diagonal blocks, so a table lookup must stay in range there. Learned biases of the distance alone (T5,
         KERPLE) look up a per-distance table of ``length`` entries computed once per call: a gather per
-        score instead of transcendental functions (KERPLE at 8192 tokens: 1.35x fused SDPA's time against
-        3.1x with ``log1p`` per score, on one CPU thread).
+        score instead of transcendental functions, much the faster (both timed in docs/performance.md, section
+        "Measurements behind design choices").
 
         Args:
             length: the sequence length the kernel runs at (tables are sized to it).

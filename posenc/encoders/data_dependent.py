@@ -30,7 +30,7 @@ class Layerwise(PositionalEncoder):
 
 
 # CoPE at long inference lengths: at least this many nearest keys in its band, and queries per band block
-# (a 512-key band: blocks of 32, 64 and 256 queries 2.3x, 1.75x and 2.2x rope's forward at 8192 tokens, 2-core CPU).
+# (64: the fastest of the sizes timed; see docs/performance.md, section "Measurements behind design choices").
 COPE_MIN_BAND = 256
 COPE_BAND_QUERY_BLOCK = 64
 

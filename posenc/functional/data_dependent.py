@@ -14,8 +14,16 @@ from torch import Tensor
 from posenc.functional._cope_autograd import CopeAttention, cope_table, future_of_reversed_keys
 from posenc.functional._softmax_parts import fused_cpu_attention, merge_attention_
 
-__all__ = ["cope_positions", "cope_bias", "cope_attention", "cope_band_attention", "fox_log_lambda", "fox_bias",
-           "pope_inv_freq", "pope_qk"]
+__all__ = [
+    "cope_attention",
+    "cope_band_attention",
+    "cope_bias",
+    "cope_positions",
+    "fox_bias",
+    "fox_log_lambda",
+    "pope_inv_freq",
+    "pope_qk",
+]
 
 
 def cope_positions(logits: Tensor) -> Tensor:
@@ -65,8 +73,9 @@ def cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: 
     (at most 32 queries and ``block_elements`` scores: memory linear in ``s``), with the keys in reverse order so
     that the count from the query back to each key is a forward cumulative sum (no flips of the score block).
     Without autograd every step after the logits is in place; with autograd and no dropout it is one
-    ``CopeAttention`` (``posenc/functional/_cope_autograd.py``), whose backward is written out (training at the
-    bench's shape: 0.6x the time of autograd's through the same operations).
+    ``CopeAttention`` (``posenc/functional/_cope_autograd.py``), whose backward is written out (faster than
+    autograd's through the same operations: see docs/performance.md, section "Measurements behind design
+    choices").
 
     Args:
         q, k, v: ``[b, n_h, s, h_d]``; counts and scores in float32 at least (bfloat16 cannot count past 256).
@@ -88,9 +97,8 @@ def _cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p:
     emb, last = pos_emb.to(work), pos_emb.shape[-1] - 1
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, pos_emb))
     # 32 queries at most: a block attends to the keys up to its last query, so smaller blocks skip more of the
-    # future (training at 128 tokens, batch 32, 4 heads, forward and backward, two threads: blocks of 128, 64,
-    # 32, 16 queries 45, 36 (31 with the backward written out), 27.5, 30 ms; inference at 2048 and 8192
-    # tokens: 32 as fast as 64)
+    # future (32: the fastest of the sizes timed; see docs/performance.md, section "Measurements behind design
+    # choices")
     block = max(1, min(s, 32, block_elements // max(1, b * h * s)))
     if grad and dropout_p == 0.0:  # the backward written out: about half autograd's passes over the scores
         return CopeAttention.apply(q.to(work), k.to(work), v.to(work), emb, block).to(q.dtype)
@@ -236,8 +244,8 @@ def pope_qk(q: Tensor, k: Tensor, positions: Tensor, inv_freq: Tensor, phase: Te
 
 def _polar_parts(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """``[softplus(x) cos, softplus(x) sin]`` ``[..., 2 h_d]`` (cosine parts first: any order of the parts gives
-    the same ``q.k``), written into one tensor: no stacked copy (a training step at the bench's shape 1.5%
-    faster, the forward at 8192 tokens 3.6%). ``cos``, ``sin``: broadcastable to ``x``."""
+    the same ``q.k``), written into one tensor: no stacked copy, which is faster (see docs/performance.md,
+    section "Measurements behind design choices"). ``cos``, ``sin``: broadcastable to ``x``."""
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, cos, sin)):
         return _PolarParts.apply(x, cos, sin)
     return _polar_forward(torch.nn.functional.softplus(x), cos, sin)

@@ -13,16 +13,16 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "t5_relative_bucket",
-    "t5_bias",
-    "kerple_log_bias",
-    "fire_psi",
-    "fire_normalized_distance",
-    "fire_mlp",
-    "fire_mlp_pieces",
-    "fire_mlp_on_unit_interval",
-    "fire_mlp_piecewise",
     "fire_bias",
+    "fire_mlp",
+    "fire_mlp_on_unit_interval",
+    "fire_mlp_pieces",
+    "fire_mlp_piecewise",
+    "fire_normalized_distance",
+    "fire_psi",
+    "kerple_log_bias",
+    "t5_bias",
+    "t5_relative_bucket",
 ]
 
 
@@ -234,7 +234,8 @@ def fire_mlp_piecewise(x: Tensor, pieces: tuple[Tensor, Tensor, Tensor]) -> Tens
     breakpoints, slopes, intercepts = pieces
     piece = torch.searchsorted(breakpoints, x.detach().contiguous()).flatten()  # [N] piece of each x
     shape = (slopes.shape[1], *x.shape)
-    # index_select on [n_h, m+1] rows: the fastest gather here (2-D advanced indexing is ~1.4x slower)
+    # index_select on [n_h, m+1] rows: the fastest gather here (see docs/performance.md, section "Measurements
+    # behind design choices")
     return torch.addcmul(intercepts.T.index_select(1, piece).view(shape),
                          slopes.T.index_select(1, piece).view(shape), x)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -15,25 +16,25 @@ XPOS_GAMMA = 0.4  # zeta_j = (2j/d + gamma) / (1 + gamma)
 XPOS_SCALE_BASE = 512.0  # decay length scale for the paper's 1024-token training
 
 __all__ = [
-    "rope_inv_freq",
-    "ntk_base",
-    "rope_angles",
-    "rope_rotation",
-    "apply_rotation",
-    "apply_rope",
     "XPOS_GAMMA",
-    "XPOS_SCALE_BASE",
-    "xpos_zeta",
-    "apply_xpos",
-    "xpos_rotations",
-    "xpos_last_rotations",
     "XPOS_QUERY_LOG_SCALE",
-    "xpos_decay",
-    "xpos_windows",
-    "xpos_relative_scores",
-    "xpos_window_attention",
-    "roformer_bound",
+    "XPOS_SCALE_BASE",
+    "apply_rope",
+    "apply_rotation",
+    "apply_xpos",
+    "ntk_base",
     "relative_bound",
+    "roformer_bound",
+    "rope_angles",
+    "rope_inv_freq",
+    "rope_rotation",
+    "xpos_decay",
+    "xpos_last_rotations",
+    "xpos_relative_scores",
+    "xpos_rotations",
+    "xpos_window_attention",
+    "xpos_windows",
+    "xpos_zeta",
 ]
 
 
@@ -115,7 +116,8 @@ def apply_rotation(x: Tensor, rotation: Tensor) -> Tensor:
     """Multiply each dimension pair ``x[..., 2j] + i x[..., 2j+1]`` by ``rotation[m, j]`` (RoFormer layout).
 
     One complex multiply instead of the ``rotate_half`` formulation's four real products and a
-    concatenation: about 8-13x faster on CPU (``scripts/bench.py``), and the same numbers.
+    concatenation: faster on CPU (``scripts/bench.py``; see docs/performance.md, section "Measurements behind
+    design choices"), and the same numbers.
 
     Args:
         x: ``[..., seq, head_dim]`` real, e.g. ``[b, n_h, s, h_d]`` (a strided view such as a slice of a
@@ -367,7 +369,7 @@ def xpos_window_attention(q: Tensor, k: Tensor, v: Tensor, gamma: float = XPOS_G
     window, width = xpos_windows(positions, 0.0, head_dim, gamma, scale_base)
     out = torch.empty_like(q)
     bounds = torch.searchsorted(window, torch.arange(int(window[-1]) + 2, device=q.device)).tolist()
-    for w, (start, end) in enumerate(zip(bounds, bounds[1:])):
+    for w, (start, end) in enumerate(itertools.pairwise(bounds)):
         if start == end:
             continue
         centre = (w + 1) * width
