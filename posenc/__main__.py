@@ -1,5 +1,5 @@
 """``python -m posenc`` is the ``posenc`` command."""
 
-from posenc.cli import app
+from posenc.cli.app import app
 
 app(prog_name="posenc")

@@ -61,12 +61,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posenc import fused_bias
-from posenc.attention import CausalAttention
+from posenc.nn import fused_bias
+from posenc.nn.attention import CausalAttention
 from posenc.encoders import ENCODERS, AttentionShape, PositionalEncoder
 from posenc.encoders.base import MAX_LENGTH, KeyBias, OwnAttention
 from posenc.errors import ConfigError, PosencError
-from posenc.model import ModelConfig, Transformer
+from posenc.nn.model import ModelConfig, Transformer
 from posenc.options import check_options
 
 TRAIN_LENGTH = 12  # the encoders are built for this training length

@@ -21,13 +21,15 @@ from typing import Any, BinaryIO
 
 import yaml
 
+from posenc.errors import PosencError
+
 CONFIG_FILE = "config.yaml"  # the resolved config, human-readable
 OVERRIDES_FILE = "overrides.yaml"  # the command-line overrides the run was started with
 CHECKPOINT_FILE = "checkpoint.pt"  # model weights + the resolved config they belong to
 METRICS_FILE = "metrics.json"  # final in-distribution metrics of training
 HISTORY_FILE = "history.csv"  # training curve
 LOG_FILE = "train.log"
-TRACKING_FILE = "tracking.json"  # posenc.tracking's: the tracked run's id, so that a resumed run logs into it
+TRACKING_FILE = "tracking.json"  # posenc.running.tracking's: the tracked run's id, so that a resumed run logs into it
 # The files `posenc train` writes into a run folder (train.log is Hydra's, appended to by every start).
 RUN_FILES = (CONFIG_FILE, OVERRIDES_FILE, CHECKPOINT_FILE, METRICS_FILE, HISTORY_FILE, TRACKING_FILE)
 TRAIN_LOCK = ".train.posenc-lock"  # held by the one `posenc train` writing the folder (fcntl.flock)
@@ -271,3 +273,49 @@ def read_metrics(run: Path) -> dict[str, Any]:
         if key in metrics and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
             raise PosencError(f"{damaged}: {key} is {value!r}, not {shown} (a foreign or mistyped metrics file)")
     return metrics
+
+
+def check_out_folder(out: str | os.PathLike, what: str = "--out", working_directory: bool = False) -> Path:
+    """Refuse a result folder ``out`` that is no place for result files, in one line naming it and why; return
+    it resolved (absolute, symlinks followed: results are written through a link, which stays a link).
+
+    Refused: the working directory (where an empty ``--out ''`` ends up too; ``working_directory=True``
+    allows it, for ``posenc report .`` inside a comparison's folder), the root of a git repository (a folder
+    holding ``.git``), a run folder (holding ``checkpoint.pt``, or a run's ``config.yaml`` with its other
+    files: a run killed before its first checkpoint) and a symlink to nothing. Only reads the file system.
+    ``what`` begins the message: ``--out``, or e.g. ``cannot write results to``.
+    """
+    text = os.fspath(out)
+    path = Path(os.path.expanduser(text or "."))
+    shown = text or "''"
+    if os.path.islink(path) and not os.path.exists(path):
+        raise PosencError(f"{what} {shown}: it is a symlink to {os.readlink(path)}, which does not exist; create "
+                          "that folder or name another")
+    real = Path(os.path.realpath(path))
+    try:
+        here = Path(os.path.realpath(os.getcwd()))
+    except OSError:  # the working directory was deleted: it cannot be `out`
+        here = None
+    if real == here and not working_directory:
+        raise PosencError(f"{what} {shown}: it is the working directory ({real}), where an empty {what} ends up "
+                          f"too; name a result folder, e.g. {what} results/tables")
+    try:
+        folder = real.is_dir()
+    except OSError:  # a name too long, a loop of links: check_writable and the write say what is wrong
+        return real
+    if folder:
+        if os.path.lexists(real / ".git"):
+            raise PosencError(f"{what} {shown}: it is the root of a git repository (it holds .git), not a result "
+                              f"folder; name one inside it, e.g. {real / 'results' / 'tables'}")
+        if (real / CHECKPOINT_FILE).is_file():
+            marker = CHECKPOINT_FILE
+        elif (real / CONFIG_FILE).is_file() and any(
+                os.path.lexists(real / name) for name in (OVERRIDES_FILE, LOG_FILE, METRICS_FILE,
+                                                          HISTORY_FILE, ".hydra")):
+            marker = CONFIG_FILE
+        else:
+            marker = None
+        if marker is not None:
+            raise PosencError(f"{what} {shown}: it is a run folder (it holds {marker}), which only training "
+                              "writes; name a result folder outside it")
+    return real

@@ -13,7 +13,7 @@ Two ways in, as pytest and lm-evaluation-harness take their users' code:
 A plugin encoder subclasses :class:`posenc.encoders.PositionalEncoder` and is built as
 ``Class(shape, train_length, **options)``; a task subclasses :class:`posenc.tasks.Task`, built as
 ``Class(**options)``. Their keyword-only constructor parameters are their options: ``posenc train encoder=KEY
-encoder.OPTION=VALUE`` composes a config made from them (:func:`posenc.config.plugin_config`) unless the plugin ships
+encoder.OPTION=VALUE`` composes a config made from them (:func:`posenc.running.config.plugin_config`) unless the plugin ships
 ``KEY.yaml`` beside its module. A run's identity is its key and options, as for a built-in; where the code
 came from (:class:`Origin`) is recorded in its ``config.yaml`` under ``plugins``, outside its identity.
 

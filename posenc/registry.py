@@ -8,8 +8,8 @@ checked against its constructor (:meth:`Registry.build`), and read a comma list 
 Like lm-evaluation-harness's task registry, it also takes the user's own entries (:mod:`posenc.plugins`):
 installed packages' entry points (group ``posenc.encoders`` / ``posenc.tasks``, imported only when their key is
 used) and the modules named in ``POSENC_PLUGINS``, imported the first time the registry is read. Built-in keys
-have ``conf/<group>/<key>.yaml`` (tests/test_config.py holds each to the code's defaults); a plugin's config is
-made from its constructor's keyword-only parameters (:func:`posenc.config.plugin_config`).
+have ``conf/<group>/<key>.yaml`` (tests/running/test_config.py holds each to the code's defaults); a plugin's config is
+made from its constructor's keyword-only parameters (:func:`posenc.running.config.plugin_config`).
 """
 
 from __future__ import annotations

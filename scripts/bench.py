@@ -43,8 +43,8 @@ from posenc import functional as pf
 from posenc.encoders import ENCODERS, build_encoder
 from posenc.errors import PosencError, PositionRangeError
 from posenc.files import atomic_write_text
-from posenc.model import ModelConfig, Transformer
-from posenc.subnormals import flush_subnormals
+from posenc.nn.model import ModelConfig, Transformer
+from posenc.nn.subnormals import flush_subnormals
 
 console = Console(stderr=True)
 VOCAB = 64  # the issue's reference shape: hidden 128, 2 layers, 4 heads, MLP 512, vocab 64
@@ -252,8 +252,8 @@ def training_section(args, device, autocast) -> pd.DataFrame:
 # One process of the jobs section: the sweep model's training steps at a thread count; prints its seconds.
 _JOB = """
 import sys, time, torch
-from posenc.model import ModelConfig, Transformer
-from posenc.subnormals import flush_subnormals
+from posenc.nn.model import ModelConfig, Transformer
+from posenc.nn.subnormals import flush_subnormals
 from posenc.encoders import build_encoder
 threads, steps, d, layers, batch, length = map(int, sys.argv[1:])
 torch.set_num_threads(threads)
@@ -337,7 +337,7 @@ def least_memory(rows: list[dict], measure: Callable[[dict], tuple[float, float]
                           f"{peak:.0f} MiB (+{rise:.0f})")
 
 
-@flush_subnormals()  # as in posenc extrapolate, every thread of an evaluating process (posenc.subnormals)
+@flush_subnormals()  # as in posenc extrapolate, every thread of an evaluating process (posenc.nn.subnormals)
 def forward_section(args, device, autocast) -> pd.DataFrame:
     """Forward time (a first pass) and peak memory per encoder and length, batch 1, with subnormals flushed as
     posenc's evaluation flushes them (run in a fresh process, so the intra-op threads flush too).
@@ -484,7 +484,7 @@ def headline_config(encoder: str, device: torch.device, compiled: bool = False):
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    from posenc.config import run_config_from_dict
+    from posenc.running.config import run_config_from_dict
 
     with initialize_config_module(config_module="posenc.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=["experiment=length_generalization", f"encoder={encoder}",
@@ -494,7 +494,7 @@ def headline_config(encoder: str, device: torch.device, compiled: bool = False):
 
 
 def step_section(args, device, autocast) -> pd.DataFrame:
-    """One training step at the headline's shape, with posenc's own pieces (posenc.train.setup_training,
+    """One training step at the headline's shape, with posenc's own pieces (posenc.running.train.setup_training,
     draw_batch, optimizer_step): milliseconds per step (median of ``args.steps`` x 5 steps after warm-up), its
     phases timed by the clock (data, forward + loss, backward, clipping + AdamW + schedule), the profiler's op
     time by category and the rest (Python and autograd bookkeeping), and MFU against the matmul rate measured
@@ -512,8 +512,8 @@ def _phases(name: str, device, autocast, quick: bool,
             compiled: bool = False) -> tuple[Callable[[], list[float]], float]:
     """A function timing one training step of encoder ``name`` at the headline's shape by phase (seconds of
     data, forward + loss, backward, optimizer), warmed up; and the step's model FLOPs."""
-    from posenc.evaluate import answer_loss
-    from posenc.train import draw_batch, setup_training
+    from posenc.running.evaluate import answer_loss
+    from posenc.running.train import draw_batch, setup_training
 
     cfg = headline_config(name, device, compiled)
     task, model, step_model, optimizer, scheduler, _ = setup_training(cfg, device)

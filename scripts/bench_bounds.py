@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import VOCAB, headline_config, machine, posenc_model, train_flops_per_token  # noqa: E402
 from work_per_score import arithmetic_rows, machine_limits  # noqa: E402
 
-from posenc.attention import CausalAttention  # noqa: E402
+from posenc.nn.attention import CausalAttention  # noqa: E402
 from posenc.files import atomic_write_text  # noqa: E402
 from posenc.functional import cope_attention  # noqa: E402
 

@@ -1,7 +1,7 @@
 """What a batched ensemble of seeds would buy at the headline's training step (issue: "consider what a batched
 ensemble of seeds would buy on CPU and on a GPU"). Measures, on one device, K seeds of one configuration
 
-- *alone*: K models trained one after another in one process, posenc's own step (posenc.train.optimizer_step);
+- *alone*: K models trained one after another in one process, posenc's own step (posenc.running.train.optimizer_step);
 - *stacked*: the same K initialisations as stacked weights, one step for all of them through torch.func
   (``vmap`` of ``functional_call``), one AdamW over the stacked tensors, gradient clipping per member,
 
@@ -32,10 +32,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import headline_config, machine, sync  # noqa: E402
 
-from posenc.evaluate import answer_loss  # noqa: E402
+from posenc.running.evaluate import answer_loss  # noqa: E402
 from posenc.files import atomic_write_text  # noqa: E402
 from posenc.tasks.base import Batch  # noqa: E402
-from posenc.train import draw_batch, lr_factor, optimizer_step, setup_training  # noqa: E402
+from posenc.running.train import draw_batch, lr_factor, optimizer_step, setup_training  # noqa: E402
 
 
 def padded(batches: list[Batch], width: int) -> Batch:
@@ -67,7 +67,7 @@ def run(members: int, steps: int, device: torch.device, name: str) -> dict:
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.train.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=cfg.train.lr, betas=(0.9, 0.98))
     t = cfg.train
-    scheduler = torch.optim.lr_scheduler.LambdaLR(  # posenc.train.setup_training's schedule
+    scheduler = torch.optim.lr_scheduler.LambdaLR(  # posenc.running.train.setup_training's schedule
         optimizer, lambda step: lr_factor(step, t.warmup_steps, t.steps, t.final_lr_ratio))
     autocast = alone[0][5]
 

@@ -3,7 +3,7 @@
     python scripts/fingerprint_tables.py results/length_generalization [results/headline ...]
 
 `posenc compare --baseline DIR` pairs new runs with DIR's only where both saw the same evaluation sequences, which
-it checks by the fingerprint each evaluation row carries (posenc.evaluate.sequences_fingerprint). Tables written
+it checks by the fingerprint each evaluation row carries (posenc.running.evaluate.sequences_fingerprint). Tables written
 before that column existed hold none; this script makes them from each row's own task configuration, length and
 number of sequences, without any model. Run it under the torch version that evaluated the tables (the sequences
 come from torch's CPU generator): the committed tables were evaluated with torch 2.13.0, the version README
@@ -24,9 +24,9 @@ import torch
 from posenc.analysis.folders import moved, updating
 from posenc.analysis.store import read_results, write_results
 from posenc.analysis.views import summary_markdown
-from posenc.config import run_config_from_dict
+from posenc.running.config import run_config_from_dict
 from posenc.errors import PosencError
-from posenc.evaluate import sequences_fingerprint
+from posenc.running.evaluate import sequences_fingerprint
 from posenc.tasks import build_task
 
 

@@ -320,13 +320,13 @@ class Check:
 
     def step_gpu_tests(self, seconds: float) -> tuple[str, str]:
         # on the CPU every gpu test skips: what the dry run checks is that they are collected and skip cleanly
-        selection = ["-m", "gpu"] + (["tests/test_gpu_cuda.py", "tests/test_train.py"] if self.dry else [])
+        selection = ["-m", "gpu"] + (["tests/test_gpu_cuda.py", "tests/running/test_train.py"] if self.dry else [])
         return self._pytest("gpu_tests", seconds, selection, workers=2 if self.dry else 4)
 
     def step_unit(self, seconds: float) -> tuple[str, str]:
         selection = ["-m", "not slow and not gpu and not integration"]
         if self.dry:  # one quick test: the whole suite is the suite's own business on CPU
-            selection += ["tests/test_checkpoint.py::test_rng_states_round_trip"]
+            selection += ["tests/running/test_checkpoint.py::test_rng_states_round_trip"]
         beside = self.beside("unit")
         workers = 1 if self.dry else 4 if beside else 8  # dry: one test, no workers to start on a small CPU
         return self._pytest("unit", seconds, selection, workers=workers, beside=beside)

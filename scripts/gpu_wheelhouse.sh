@@ -14,7 +14,7 @@
 # pure Python. Plus, in .gpu-wheels/build/, the setuptools that pyproject.toml's build-system asks for: the
 # device builds posenc's own wheel from the working tree it was sent, so a fix is never checked against a
 # stale wheel. Left out on purpose: the tracking extra's mlflow-skinny and wandb (tens of MiB with their
-# needs, against the device tool's 64 MiB for the whole working tree; tests/test_tracking.py skips without
+# needs, against the device tool's 64 MiB for the whole working tree; tests/running/test_tracking.py skips without
 # them).
 #
 # The wheelhouse must fit the device tool's carry limit together with the working tree: the script prints

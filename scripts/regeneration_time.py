@@ -63,8 +63,8 @@ def measured_rates(runs: pd.DataFrame, configs: dict[str, str], steps: int) -> p
 
     import torch
 
-    from posenc.config import run_config_from_dict
-    from posenc.train import train
+    from posenc.running.config import run_config_from_dict
+    from posenc.running.train import train
 
     torch.set_num_threads(1)
     known = cpu_rates(runs).index

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from posenc.errors import PosencError
 from posenc.analysis.run_folder import run_config
-from posenc.runs import find_runs
+from posenc.running.runs import find_runs
 from posenc.analysis.selection import missed_configurations
 
 

@@ -4,12 +4,12 @@ training length like a real learned run. Used by conftest's ``posenc_cli(..., le
 
 import sys
 
-import posenc.train
+import posenc.running.train
 
-posenc.train.mastery_check = lambda *args, **kwargs: 1.0
+posenc.running.train.mastery_check = lambda *args, **kwargs: 1.0
 
 if __name__ == "__main__":
-    from posenc.cli import app
+    from posenc.cli.app import app
 
     sys.argv[0] = "posenc"
     app(prog_name="posenc")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
-from posenc.config import RunConfig, run_config_from_dict
+from posenc.running.config import RunConfig, run_config_from_dict
 
 # Overrides that make a run take a second or two on a laptop CPU.
 TINY = [
@@ -56,7 +56,7 @@ def posenc_cli(*args: str, cwd: Path, timeout: float = 300, learns: bool = False
 @pytest.fixture
 def always_learns(monkeypatch):
     """Every mastery check scores 1.0: with LEARNS, a tiny run is learned at step 2 (and stops there)."""
-    import posenc.train
+    import posenc.running.train
 
     calls = []
 
@@ -64,13 +64,13 @@ def always_learns(monkeypatch):
         calls.append(length)
         return 1.0
 
-    monkeypatch.setattr(posenc.train, "mastery_check", check)
+    monkeypatch.setattr(posenc.running.train, "mastery_check", check)
     return calls
 
 
 def learned_run(run_dir: Path, *overrides: str) -> dict:
     """Train a tiny run into ``run_dir`` that counts as learned (needs the `always_learns` fixture)."""
-    from posenc.train import train
+    from posenc.running.train import train
 
     overrides = (*LEARNS, *overrides)
     return train(tiny_config(*overrides), run_dir, tiny_dict(*overrides))

@@ -9,7 +9,7 @@ import pytest
 from conftest import TINY
 from typer.testing import CliRunner
 
-from posenc.cli import app
+from posenc.cli.app import app
 from posenc.files import CHECKPOINT_FILE, CONFIG_FILE, LOG_FILE, METRICS_FILE
 
 runner = CliRunner()

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 import posenc.testing
 from posenc import conformance, fused_bias
 from posenc import functional as pf
-from posenc.cli import app
+from posenc.cli.app import app
 from posenc.encoders import ENCODERS, PositionalEncoder
 from posenc.encoders.base import KeyBias, OwnAttention, as_is
 from posenc.errors import ConfigError, PositionRangeError

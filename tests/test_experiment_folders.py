@@ -12,8 +12,8 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
-from posenc.arguments import experiment_single_run
-from posenc.cli import app
+from posenc.running.arguments import experiment_single_run
+from posenc.cli.app import app
 from posenc.errors import PosencError
 
 ROOT = Path(__file__).resolve().parents[1]

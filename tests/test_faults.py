@@ -15,7 +15,7 @@ from conftest import LEARNS, TINY, learned_run
 from typer.testing import CliRunner
 
 import posenc.analysis.pipeline
-from posenc.cli import app
+from posenc.cli.app import app
 from posenc.files import CHECKPOINT_FILE
 
 runner = CliRunner()
@@ -75,11 +75,11 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line_and_keeps_the_previous_
 @pytest.fixture(scope="module")
 def compared_once(tmp_path_factory) -> Path:
     """A learned run and its comparison in ``tables/``, made once for this module (paths in it are relative)."""
-    import posenc.train
+    import posenc.running.train
 
     root = tmp_path_factory.mktemp("compared")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(posenc.train, "mastery_check", lambda *args: 1.0)  # as the always_learns fixture
+        patch.setattr(posenc.running.train, "mastery_check", lambda *args: 1.0)  # as the always_learns fixture
         patch.chdir(root)
         learned_run(root / "run")
         result = runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16", "--sequences", "4",
@@ -164,11 +164,11 @@ def test_resume_takes_posencs_own_folder_names(tmp_path, always_learns, monkeypa
 
 def test_work_beyond_the_memory_available_is_refused_before_it_starts_unless_asked(tmp_path, always_learns,
                                                                                   monkeypatch):
-    import posenc.evaluation_budget
+    import posenc.running.evaluation_budget
 
     monkeypatch.chdir(tmp_path)
     learned_run(tmp_path / "run")
-    monkeypatch.setattr(posenc.evaluation_budget, "available_memory", lambda: 2**20)  # 1 MiB free
+    monkeypatch.setattr(posenc.running.evaluation_budget, "available_memory", lambda: 2**20)  # 1 MiB free
     args = ["extrapolate", "--runs", "run", "--lengths", "16,64", "--sequences", "4", "--out", "tables"]
     line = _one_error(runner.invoke(app, args))
     assert line.startswith("error: this evaluation needs about ") and line.endswith("--no-memory-check to try anyway")
@@ -207,7 +207,7 @@ def replace(source, target):
         os.kill(os.getpid(), signal.SIGKILL)
 folders.os.replace = replace
 sys.argv = ["posenc", *sys.argv[2:]]
-from posenc.cli import app
+from posenc.cli.app import app
 app()
 """
 

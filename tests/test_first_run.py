@@ -8,7 +8,7 @@ two (held-out exact match 0.0 at all 10 checks to step 1000: this test failed on
 step 300 (results/first_run, 5 seeds x 1 and 2 threads), the bound is 1000, and seed 0 on one thread still
 learns within it at lr 1e-4 and at 1e-2. scripts/first_run.py measures the whole table; this checks two of its
 rows: the trajectory that failed, and the slowest. A run still short of the target at half its budget is
-stopped there, so a failure costs no more than that. (tests/test_train.py's `slow` test trains the default
+stopped there, so a failure costs no more than that. (tests/running/test_train.py's `slow` test trains the default
 to its end.)
 """
 
@@ -16,9 +16,9 @@ import pytest
 import torch
 from conftest import compose_dict
 
-import posenc.train
-from posenc.config import run_config_from_dict
-from posenc.train import train
+import posenc.running.train
+from posenc.running.config import run_config_from_dict
+from posenc.running.train import train
 
 
 class NotLearnedByHalfTheBudget(AssertionError):
@@ -27,7 +27,7 @@ class NotLearnedByHalfTheBudget(AssertionError):
 
 def stop_at_half_the_budget(monkeypatch, cfg) -> list[float]:
     """Wrap the mastery check: record each score, and fail once half the budget is checked without the target."""
-    real, scores = posenc.train.mastery_check, []
+    real, scores = posenc.running.train.mastery_check, []
     half, target = cfg.train.steps // 2, cfg.train.target_exact_match
 
     def check(*args, **kwargs):
@@ -36,7 +36,7 @@ def stop_at_half_the_budget(monkeypatch, cfg) -> list[float]:
             raise NotLearnedByHalfTheBudget(f"held-out exact match at each check: {scores} (target {target})")
         return scores[-1]
 
-    monkeypatch.setattr(posenc.train, "mastery_check", check)
+    monkeypatch.setattr(posenc.running.train, "mastery_check", check)
     return scores
 
 

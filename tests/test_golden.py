@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from posenc.encoders import ENCODERS, AttentionShape, build_encoder
-from posenc.model import ModelConfig, Transformer
+from posenc.nn.model import ModelConfig, Transformer
 from rounding import gamma
 
 GOLDEN = Path(__file__).parent / "golden" / "tiny_models.json"

@@ -32,7 +32,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from posenc import files as run_files
-from posenc.attention import FLEX_MIN_LENGTH, CausalAttention
+from posenc.nn.attention import FLEX_MIN_LENGTH, CausalAttention
 from posenc.encoders import ENCODERS, AttentionShape, build_encoder
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -64,7 +64,7 @@ def _future(seq: int, device, leak: int = 0) -> torch.Tensor:
 
 
 def _hooks(layer, x, q0, k0, positions):
-    """What the model hands attention (posenc/model.py): rotated queries and keys, and any data bias."""
+    """What the model hands attention (posenc/nn/model.py): rotated queries and keys, and any data bias."""
     q, k = layer.rotate(q0, k0, positions)
     return q, k, layer.data_bias(x, q, k)
 
@@ -94,7 +94,7 @@ def dense_attention(layer, x, q0, k0, v, dtype: torch.dtype, *, drop_bias: bool 
 
 
 def backend_attention(kind: str) -> Callable:
-    """The path under test: what :class:`posenc.model.CausalSelfAttention` does, with a backend of its own."""
+    """The path under test: what :class:`posenc.nn.model.CausalSelfAttention` does, with a backend of its own."""
     backend = CausalAttention()
 
     def attend(layer, x, q0, k0, v, dtype):
@@ -223,8 +223,8 @@ def test_every_attention_path_on_cuda_equals_the_float64_reference(name, dtype, 
 @pytest.mark.gpu
 @CUDA
 def test_cuda_rng_state_round_trips_through_a_checkpoint(tmp_path):
-    from posenc.checkpoint import rng_states, save_training_state, set_rng_states
-    from posenc.runs import read_checkpoint
+    from posenc.running.checkpoint import rng_states, save_training_state, set_rng_states
+    from posenc.running.runs import read_checkpoint
 
     data = torch.Generator().manual_seed(3)
     torch.cuda.manual_seed_all(11)
@@ -263,15 +263,15 @@ def test_resume_on_cuda_restores_the_exact_training_state(tmp_path, monkeypatch)
     stream's) exactly as saved, although each was moved in between; then it trains to its budget."""
     from conftest import tiny_config, tiny_dict
 
-    import posenc.train
-    from posenc.checkpoint import rng_states
-    from posenc.runs import read_checkpoint
+    import posenc.running.train
+    from posenc.running.checkpoint import rng_states
+    from posenc.running.runs import read_checkpoint
 
     overrides = ("device=cuda", "train.steps=12", "train.checkpoint_every=4", "train.check_every=0",
                  "train.log_every=1")
     cfg, config = tiny_config(*overrides), tiny_dict(*overrides)
-    assert posenc.train.step_settings(cfg, torch.device("cuda")) == (True, torch.bfloat16)
-    real_step, calls = posenc.train.optimizer_step, []
+    assert posenc.running.train.step_settings(cfg, torch.device("cuda")) == (True, torch.bfloat16)
+    real_step, calls = posenc.running.train.optimizer_step, []
 
     def step_then_crash(*args, **kwargs):
         out = real_step(*args, **kwargs)
@@ -281,9 +281,9 @@ def test_resume_on_cuda_restores_the_exact_training_state(tmp_path, monkeypatch)
             raise _Killed
         return out
 
-    monkeypatch.setattr(posenc.train, "optimizer_step", step_then_crash)
+    monkeypatch.setattr(posenc.running.train, "optimizer_step", step_then_crash)
     with pytest.raises(_Killed):
-        posenc.train.train(cfg, tmp_path, config)
+        posenc.running.train.train(cfg, tmp_path, config)
     saved = read_checkpoint(tmp_path / run_files.CHECKPOINT_FILE)
     assert saved["step"] == 4 and saved["rng"]["cuda"]
     assert saved["optimizer"]["param_groups"][0]["fused"] is True
@@ -292,7 +292,7 @@ def test_resume_on_cuda_restores_the_exact_training_state(tmp_path, monkeypatch)
     torch.cuda.manual_seed_all(1234)
     np.random.seed(1234)
     random.seed(1234)
-    real_restore, restored = posenc.train._restore, {}
+    real_restore, restored = posenc.running.train._restore, {}
 
     def restore_and_look(state, model, optimizer, scheduler, data, run_dir):
         out = real_restore(state, model, optimizer, scheduler, data, run_dir)
@@ -301,9 +301,9 @@ def test_resume_on_cuda_restores_the_exact_training_state(tmp_path, monkeypatch)
                         rng=rng_states(data), on_cuda=all(p.is_cuda for p in model.parameters()))
         return out
 
-    monkeypatch.setattr(posenc.train, "_restore", restore_and_look)
-    monkeypatch.setattr(posenc.train, "optimizer_step", real_step)
-    metrics = posenc.train.train(cfg, tmp_path, config)
+    monkeypatch.setattr(posenc.running.train, "_restore", restore_and_look)
+    monkeypatch.setattr(posenc.running.train, "optimizer_step", real_step)
+    metrics = posenc.running.train.train(cfg, tmp_path, config)
     assert restored, "the second run did not resume"
     assert restored["on_cuda"]
     for part in ("model", "optimizer", "scheduler"):
@@ -319,15 +319,15 @@ def test_compiled_bf16_training_on_cuda_learns_the_default_task(tmp_path):
     """The README's default run (rope on copy) with CUDA's defaults: compiled, bf16 autocast, fused AdamW."""
     from conftest import compose_dict
 
-    import posenc.train
-    from posenc.config import run_config_from_dict
-    from posenc.runs import read_checkpoint
+    import posenc.running.train
+    from posenc.running.config import run_config_from_dict
+    from posenc.running.runs import read_checkpoint
 
     config = compose_dict(["progress=false"])
     cfg = run_config_from_dict(config)
     assert (cfg.train.compile, cfg.train.precision, cfg.device) == ("auto", "auto", "auto")
-    assert posenc.train.step_settings(cfg, torch.device("cuda")) == (True, torch.bfloat16)
-    metrics = posenc.train.train(cfg, tmp_path, config)
+    assert posenc.running.train.step_settings(cfg, torch.device("cuda")) == (True, torch.bfloat16)
+    metrics = posenc.running.train.train(cfg, tmp_path, config)
     assert metrics["device"].startswith("cuda")
     assert metrics["learned"] and metrics["exact_match"] >= 0.99, metrics
     state = read_checkpoint(tmp_path / run_files.CHECKPOINT_FILE)

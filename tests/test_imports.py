@@ -74,7 +74,7 @@ def test_no_import_cycles_between_posenc_modules():
 ANALYSIS = sorted(name for name in MODULES if name == "posenc.analysis" or name.startswith("posenc.analysis."))
 # Outside the package, what runs without a model too: the CLI's entry (it imports torch lazily, per command),
 # the registry listing and the task facts the results side reads.
-TORCH_FREE_OUTSIDE = ["posenc.cli", "posenc.registry", "posenc.task_facts", "posenc.files"]
+TORCH_FREE_OUTSIDE = ["posenc.cli.app", "posenc.registry", "posenc.task_facts", "posenc.files"]
 
 
 def test_the_results_package_holds_every_module_it_should():
@@ -98,3 +98,39 @@ def test_no_function_is_longer_than_a_screenful(name):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
     assert not long, f"{name}: {', '.join(long)}"
+
+
+# The layers, lowest first (docs/architecture.md): a module may import its own layer and the ones below, never
+# one above. analysis is the results side: torch-free by construction because nothing below it imports torch
+# (test_tables_and_reports_import_no_torch checks the outcome too).
+LAYERS = {
+    "base": ["posenc.errors", "posenc.options", "posenc.files", "posenc.progress", "posenc.task_facts",
+             "posenc.plugins", "posenc.registry"],
+    "analysis": ["posenc.analysis"],
+    "formulas": ["posenc.functional", "posenc.encoders", "posenc.tasks"],
+    "nn": ["posenc.nn"],
+    "running": ["posenc.running", "posenc.conformance", "posenc.testing"],
+    "cli": ["posenc.cli", "posenc.__main__"],
+}
+RANK = {prefix: i for i, prefixes in enumerate(LAYERS.values()) for prefix in prefixes}
+
+
+def layer_of(module: str) -> int | None:
+    """The rank of ``module``'s layer (the longest prefix in :data:`LAYERS`); None for the package itself."""
+    found = [prefix for prefix in RANK if module == prefix or module.startswith(prefix + ".")]
+    return RANK[max(found, key=len)] if found else None
+
+
+def test_every_module_has_a_layer():
+    assert [name for name in MODULES if name != "posenc" and layer_of(name) is None] == []
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n != "posenc"))
+def test_modules_import_only_their_layer_and_below(name):
+    above = sorted(m for m in imports_of(MODULES[name]) if layer_of(m) > layer_of(name))
+    assert not above, f"{name} imports from a layer above it: {', '.join(above)}"
+
+
+def test_layer_check_catches_an_upward_import():
+    assert layer_of("posenc.analysis.store") < layer_of("posenc.running.train")  # so analysis -> running fails
+    assert layer_of("posenc.nn.model") < layer_of("posenc.cli.app")

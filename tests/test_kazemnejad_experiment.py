@@ -9,7 +9,7 @@ from conftest import compose_dict, posenc_cli
 def test_matched_experiment_composes_the_papers_data_and_the_sweep():
     """100 symbols, 4..20 of them in training (lengths 10..43 with the end token), the end token scored, the
     claim's five encoders on both tasks over 15 seeds; its script trains into the record's sweep folder."""
-    from posenc.config import run_config_from_dict
+    from posenc.running.config import run_config_from_dict
 
     cfg = compose_dict(["experiment=kazemnejad_matched"])
     task = cfg["task"]

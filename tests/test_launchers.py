@@ -27,7 +27,7 @@ def _finished(sweep: Path) -> dict[str, dict]:
 def test_headline_experiments_compose_the_published_sweep(experiment, tasks, layers):
     """The headline's two experiment files: every registry encoder (but rope_ntk) x their tasks x 3 seeds,
     into one sweep folder, with the protocol's budget and model."""
-    from posenc.config import run_config_from_dict
+    from posenc.running.config import run_config_from_dict
     from posenc.encoders import ENCODERS
 
     cfg = compose_dict([f"experiment={experiment}"])

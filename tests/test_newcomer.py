@@ -12,7 +12,7 @@ from conftest import learned_run
 from typer.testing import CliRunner
 
 import posenc.progress
-from posenc.cli import app
+from posenc.cli.app import app
 
 runner = CliRunner()
 
@@ -113,7 +113,7 @@ def test_not_learned_hint_names_the_option_for_a_comparison_too():
     and still shows "—"), and only where longer lengths were asked for."""
     import pandas as pd
 
-    from posenc.cli import NOT_LEARNED_HINT, not_learned_hint
+    from posenc.cli.app import NOT_LEARNED_HINT, not_learned_hint
 
     rows = pd.DataFrame({"task": ["copy", "copy", "lm"], "learned": [False, True, False],
                          "train_length": [16, 16, 128], "eval_length": [16, 32, 128]})
@@ -162,7 +162,7 @@ def test_a_run_of_an_unregistered_encoder_says_so_and_how_to_load_its_plugin(tmp
     """Issue 38: such a run was skipped as "its config is invalid"."""
     import torch
 
-    import posenc.runs
+    import posenc.running.runs
     from posenc.errors import PosencError
     from posenc.files import CHECKPOINT_FILE
 
@@ -170,16 +170,16 @@ def test_a_run_of_an_unregistered_encoder_says_so_and_how_to_load_its_plugin(tmp
     payload = torch.load(tmp_path / "run" / CHECKPOINT_FILE, weights_only=True)
     payload["config"]["encoder"]["name"] = "mine"  # a plugin's key, its plugin not loaded in this process
     torch.save(payload, tmp_path / "run" / CHECKPOINT_FILE)
-    monkeypatch.setattr(posenc.runs, "files_disagreement", lambda run, payload: None)  # config.yaml says rope
+    monkeypatch.setattr(posenc.running.runs, "files_disagreement", lambda run, payload: None)  # config.yaml says rope
     with pytest.raises(PosencError) as caught:
-        posenc.runs.load_run(tmp_path / "run")
+        posenc.running.runs.load_run(tmp_path / "run")
     message = str(caught.value)
     assert "encoder 'mine' is not registered here" in message and "invalid" not in message, message
     assert "POSENC_PLUGINS=" in message and "posenc.encoders" in message and "docs/extending.md" in message
     payload["config"]["plugins"] = {"encoder": {"object": "mine:Mine", "origin": "file", "source": "/x/mine.py"}}
     torch.save(payload, tmp_path / "run" / CHECKPOINT_FILE)
     with pytest.raises(PosencError, match=r"trained with the plugin mine:Mine .*POSENC_PLUGINS=/x/mine\.py"):
-        posenc.runs.load_run(tmp_path / "run")
+        posenc.running.runs.load_run(tmp_path / "run")
 
 
 def test_an_unknown_encoder_in_train_names_the_plugin_ways(tmp_path, monkeypatch):

@@ -287,11 +287,11 @@ def test_listing_shows_plugins_with_their_origin_and_broken_ones_as_a_line(fresh
                           "plugin"),
                          ("", f"error: POSENC_PLUGINS: no plugin file {tmp_path / 'gone.py'}", "plugin")]
     # the command prints them and returns (exit 0); a strict read (any other command) stops on the first
-    import posenc.cli
+    import posenc.cli.app
     import posenc.encoders
 
     monkeypatch.setattr(posenc.encoders, "ENCODERS", fresh.encoders)
-    posenc.cli.encoders()
+    posenc.cli.app.encoders()
     out = capsys.readouterr().out.splitlines()
     assert any(line.startswith("mine ") and line.endswith(f"[plugin: file {good} (mine:Mine)]") for line in out)
     assert out[-2:] == [rows[-2][1], rows[-1][1]]
@@ -497,7 +497,7 @@ def test_run_identity_does_not_depend_on_where_the_plugin_code_lives():
     ({"origin": "module", "source": "mymod", "object": "mymod:Mine"}, "POSENC_PLUGINS=mymod"),
 ])
 def test_run_of_a_plugin_not_loaded_here_says_how_to_load_it(origin, how):
-    from posenc.config import run_config_from_dict
+    from posenc.running.config import run_config_from_dict
 
     config = tiny_dict()
     config["encoder"] = {"name": "mine", "width": 3}

@@ -15,7 +15,7 @@ from fake_results import fake_run, results_of
 from typer.testing import CliRunner
 
 from posenc import files
-from posenc.cli import app
+from posenc.cli.app import app
 from posenc.analysis.folders import updating
 from posenc.analysis.pipeline import compare_into, regenerate, store_into
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import learned_run
 from typer.testing import CliRunner
 
-from posenc.cli import app
+from posenc.cli.app import app
 from posenc.files import METRICS_FILE
 
 runner = CliRunner()

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from conftest import compose_dict
 
-from posenc.checkpoint import comparable, config_difference
+from posenc.running.checkpoint import comparable, config_difference
 from posenc.analysis.store import LATER_DEFAULTS, RUN_NEUTRAL_KEYS, run_identity
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "config.yaml"

@@ -71,7 +71,7 @@ def test_evaluation_sequence_i_does_not_depend_on_how_many_sequences_are_scored(
     sequences to their common prefix ("sequence i is the same everywhere"): that needs the first n evaluation
     sequences at a length to be the same whether n or more were scored (e.g. a run evaluated earlier with
     --sequences 64, another with the default 512, merged into one store)."""
-    from posenc.evaluate import BATCH_TOKENS, eval_generator
+    from posenc.running.evaluate import BATCH_TOKENS, eval_generator
 
     task = build_task(name).for_evaluation()
     subjects = [task] + [task.at_depth(d) for d in task.eval_depths[:1]]

@@ -1,6 +1,6 @@
 """Beside the baselines: a user's runs placed into a copy of a committed comparison (``compare --baseline``).
 
-posenc's evaluation sequences are fixed per task and length (:func:`posenc.evaluate.eval_generator`) and its
+posenc's evaluation sequences are fixed per task and length (:func:`posenc.running.evaluate.eval_generator`) and its
 comparisons are paired by sequence, so a new encoder's runs can be compared with a committed comparison's runs
 without training or evaluating those again: the baseline folder's tables are copied into ``--out`` (the
 baseline itself is never written), each copied row marked with the baseline it came from (column

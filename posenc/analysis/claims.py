@@ -74,7 +74,7 @@ LOWER_BETTER = ("loss", "perplexity", "loss_change")
 FAMILY_ERROR = 0.05  # the family-wise error rate a claim's Bonferroni-adjusted intervals keep to
 
 
-DEFAULT_MIXER = "attention"  # posenc.mixers.DEFAULT_MIXER (not imported: this module needs no torch)
+DEFAULT_MIXER = "attention"  # posenc.nn.mixers.DEFAULT_MIXER (not imported: this module needs no torch)
 
 
 

@@ -16,7 +16,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from posenc.arguments import NO_SCALING
+from posenc.analysis.store import NO_SCALING
 from posenc.analysis.claims import DEFAULT_MIXER, Side, mixer_of
 from posenc.analysis.stats import group_estimate, sequence_block
 from posenc.analysis.store import KEY, NO_DEPTH, Results, describe_config, differing_keys

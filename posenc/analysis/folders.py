@@ -5,7 +5,7 @@ their old versions together or not at all, whatever stops the writer (an error, 
 A command that writes result files into a folder ``out`` (``compare``, ``report``, ``extrapolate``,
 ``runs --out``, ``kernels``) does it inside :func:`updating`:
 
-1. refuse an ``out`` that is no result folder (:func:`posenc.arguments.check_out_folder`: the root of a git
+1. refuse an ``out`` that is no result folder (:func:`posenc.files.check_out_folder`: the root of a git
    repository, a run folder, a symlink to nothing) and follow a symlink to the folder it names (the link
    stays a link);
 2. take the folder's lock (a sibling file ``.<name>.posenc-lock``), so that two commands into one folder run
@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from posenc.arguments import check_out_folder
+from posenc.files import check_out_folder
 from posenc.errors import PosencError
 from posenc.files import _umask
 

@@ -1,5 +1,5 @@
 """Views of the attention-kernel table (``posenc kernels``): its summary and its figures. Reads only the
-table: no torch (the table itself comes from :mod:`posenc.kernels`)."""
+table: no torch (the table itself comes from :mod:`posenc.running.distance_profiles`)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ def _beats(*pairs: tuple[Side, Side]) -> tuple[Comparison, ...]:
 
 
 NOPE, ROPE, T5, SIN, ALIBI = Side("nope"), Side("rope"), Side("t5"), Side("sinusoidal"), Side("alibi")
-BASE_CONV = Side("nope", mixer="base_conv")  # Zoology's gated convolution (posenc.mixers.BaseConv)
+BASE_CONV = Side("nope", mixer="base_conv")  # Zoology's gated convolution (posenc.nn.mixers.BaseConv)
 RANDOMIZED, XPOS = Side("randomized"), Side("xpos")
 LINEAR, NTK, YARN = Side("rope", "linear"), Side("rope", "ntk"), Side("rope", "yarn")
 

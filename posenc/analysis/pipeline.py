@@ -80,7 +80,7 @@ def compare_into(
     folders need not exist here: runs trained elsewhere stay in the comparison), with their ``choices`` and at
     the lengths it covers as well as ``lengths``; of its runs, those in ``replaced`` (the runs given this time,
     before any ``--choose``) are compared only if in ``run_ids``: a candidate not chosen now leaves it.
-    ``facts``: run id -> column values its run folder decides now (:func:`posenc.extrapolate.run_facts`),
+    ``facts``: run id -> column values its run folder decides now (:func:`posenc.running.extrapolate.run_facts`),
     written over its stored rows."""
     with updating(out) as stage:  # a parallel command into the same folder merges, never overwrites
         if extend:

@@ -1,9 +1,9 @@
 """One run folder, read once: its configuration, its metrics, its identity and whether it learned (torch-free).
 
-Every reader of a run's own files goes through :class:`RunFolder` (:mod:`posenc.extrapolate` to evaluate it,
+Every reader of a run's own files goes through :class:`RunFolder` (:mod:`posenc.running.extrapolate` to evaluate it,
 :mod:`posenc.analysis.tables` to tabulate it, ``posenc compare`` to name it), so a run's identity is computed once and
 "learned" is decided in one place, :meth:`RunFolder.learned`, from the rule its task has
-(:mod:`posenc.task_facts`). The checkpoint (weights) is read by :func:`posenc.runs.load_run`, on the torch side.
+(:mod:`posenc.task_facts`). The checkpoint (weights) is read by :func:`posenc.running.runs.load_run`, on the torch side.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ import pandas as pd
 from posenc.errors import PosencError
 from posenc.analysis.tables import read_table, write_tables
 
+NO_SCALING = "none"  # the RoPE scaling method "as trained": a value of --rope-scaling and of the `scaling` column
+
 EVALUATIONS, SEQUENCES, POSITIONS = "extrapolation", "sequences", "positions"
 KEY = ["run_id", "eval_length", "scaling", "depth"]
 COLUMNS = [
@@ -36,7 +38,7 @@ COLUMNS = [
 ]  # fmt: skip
 # Columns added after tables were committed: a table without one reads as holding this value in every row.
 LATER_COLUMNS = {
-    "fingerprint": "",  # of each row's evaluation sequences (posenc.evaluate.sequences_fingerprint)
+    "fingerprint": "",  # of each row's evaluation sequences (posenc.running.evaluate.sequences_fingerprint)
     "baseline": "",  # the committed comparison a row was copied from (posenc.analysis.baseline), or ""
 }
 SEQUENCE_COLUMNS = [*KEY, "sequence", "exact_match", "token_accuracy", "loss"]
@@ -45,7 +47,7 @@ NO_DEPTH = -1.0  # the depth key of rows without one (NaN never equals itself in
 
 # The one declaration of the config keys that do not change what a run computes (dotted for nested keys). From
 # it: a run's identity leaves them out (run_identity), a run resumes under other values of them
-# (posenc.checkpoint.comparable), --choose refuses them (posenc.analysis.selection), and Hydra leaves them out of a run's
+# (posenc.running.checkpoint.comparable), --choose refuses them (posenc.analysis.selection), and Hydra leaves them out of a run's
 # folder name (conf/config.yaml's override_dirname.exclude_keys, held equal to this by tests/test_store.py).
 RUN_NEUTRAL_KEYS = (
     "device", "progress", "resume", "paths", "logger",  # where and how it runs, and what it reports to

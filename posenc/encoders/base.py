@@ -18,7 +18,7 @@ class KeyBias:
     """A data-dependent score bias ``a[b, h, i] + key[b, h, j]`` (FoX's ``c_i - c_j``): a :data:`DataBias`
     (called by query range it gives the whole bias) of which attention needs only ``key``, since softmax over
     the keys ignores a term of the query alone. The attention backend then carries it through fused attention
-    as two more query/key dimensions (:func:`posenc.fused_bias.key_bias_attention`).
+    as two more query/key dimensions (:func:`posenc.nn.fused_bias.key_bias_attention`).
 
     Args:
         key: ``[b, n_h, s]``, the part of the key.
@@ -151,7 +151,7 @@ class PositionalEncoder(nn.Module):
         when the bias depends on the distance alone (T5, KERPLE, ALiBi); else None (FIRE: its normaliser
         depends on ``i``). Query blocks and FlexAttention then gather the bias from it instead of computing
         it at every score, and fused SDPA takes a strided view of it as its mask at inference
-        (:func:`posenc.fused_bias.distance_table_attention`); it must agree with ``score_bias`` (tests check
+        (:func:`posenc.nn.fused_bias.distance_table_attention`); it must agree with ``score_bias`` (tests check
         it)."""
         return None
 
@@ -159,7 +159,7 @@ class PositionalEncoder(nn.Module):
         """The slopes ``[n_h]`` when ``score_bias`` is exactly ``-slope_h * (i - j)`` (ALiBi), else None.
 
         An attention backend may then carry the bias through fused attention instead of adding it to scores
-        (:meth:`posenc.attention.CausalAttention.linear_bias`); it must agree with ``score_bias``.
+        (:meth:`posenc.nn.attention.CausalAttention.linear_bias`); it must agree with ``score_bias``.
         """
         return None
 
@@ -168,7 +168,7 @@ class PositionalEncoder(nn.Module):
         for every distance ``i - j >= reach`` (T5 beyond ``max_distance``), else None.
 
         An attention backend may then attend to all keys that far without any bias tensor
-        (:meth:`posenc.attention.CausalAttention.far_constant`); it must agree with ``score_bias``.
+        (:meth:`posenc.nn.attention.CausalAttention.far_constant`); it must agree with ``score_bias``.
         """
         return None
 
@@ -187,7 +187,7 @@ class PositionalEncoder(nn.Module):
         Args:
             length: the sequence length the kernel runs at (tables are sized to it).
             capture: applied to every tensor the score_mod closes over (parameters, buffers, tables). The
-                attention backend chooses it (:meth:`posenc.attention.CausalAttention.score_mod`): whether
+                attention backend chooses it (:meth:`posenc.nn.attention.CausalAttention.score_mod`): whether
                 captured parameters stay attached to autograd is a rule of the backend, not of the encoder.
         """
         return None

@@ -15,7 +15,7 @@ from posenc.errors import ConfigError, PositionRangeError
 RANDOMIZED_BASES: dict[str, type[PositionalEncoder]] = {"sinusoidal": Sinusoidal, "rope": RoPE}
 
 # Seeds the evaluation positions at each length: fixed, so evaluation is deterministic and the same for
-# every run (like posenc.evaluate's data stream, but independent of it).
+# every run (like posenc.running.evaluate's data stream, but independent of it).
 EVAL_POSITION_SEED = 20230526
 
 

@@ -1,5 +1,5 @@
 """Softmax attention split over two sets of keys, merged exactly by their log-sum-exps: how the fused paths
-(posenc.fused_bias, CoPE's band, xPos's windows) attend to part of the keys with one fused call and the rest
+(posenc.nn.fused_bias, CoPE's band, xPos's windows) attend to part of the keys with one fused call and the rest
 with another. Internal: not part of posenc.functional's API."""
 
 from __future__ import annotations

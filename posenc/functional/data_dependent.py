@@ -133,7 +133,7 @@ def cope_band_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, band: 
     (Golovneva et al. 2024, the paper's code), where the bias is ``q_i . e[n_pos - 1]``, a constant of the
     query. If every query's count over its ``band`` nearest keys has reached ``n_pos - 1``, the farther keys
     ``j <= i - band`` all carry that constant: queries ``band..s-1`` against keys ``0..s-1-band`` are one fused
-    causal call with no bias (as :func:`posenc.fused_bias.far_constant_attention`), its log-sum-exp shifted by
+    causal call with no bias (as :func:`posenc.nn.fused_bias.far_constant_attention`), its log-sum-exp shifted by
     the constant, merged exactly with the band's softmax. Inference, CPU, fp32 or fp64; memory linear; time fused causal SDPA's plus
     about ``band / (s / 2)`` of the whole computation's.
 

@@ -354,7 +354,7 @@ def xpos_window_attention(q: Tensor, k: Tensor, v: Tensor, gamma: float = XPOS_G
     Window ``w`` (queries ``a .. e-1``, centre ``c`` its end) scores its queries times ``zeta**((m - c)/
     scale_base)`` against the keys times ``zeta**((c - n)/scale_base)``: a plain dot product, so its queries
     attend by two fused calls, one causal against their own keys ``a .. e-1`` and one against the keys before
-    them, merged exactly by their log-sum-exps (as :func:`posenc.fused_bias.far_constant_attention`). Scores
+    them, merged exactly by their log-sum-exps (as :func:`posenc.nn.fused_bias.far_constant_attention`). Scores
     are scaled by ``1/sqrt(h_d)``, as ``scaled_dot_product_attention``'s default.
 
     Args:

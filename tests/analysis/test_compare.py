@@ -16,7 +16,7 @@ from fake_results import fake_run, results_of
 from posenc.tasks import TASKS
 
 from posenc.analysis.compare import aggregate, cell, held_back, labels, pivot, steps_table, variants, with_depth_means
-from posenc.extrapolate import default_lengths, doubling_lengths
+from posenc.running.extrapolate import default_lengths, doubling_lengths
 from posenc.analysis.report import same_report
 from posenc.analysis.stats import Z95, group_estimate
 

@@ -22,7 +22,7 @@ def test_every_side_and_task_a_claim_names_is_in_the_registry():
     from posenc.analysis.report import REFERENCE
     from posenc.encoders import ENCODERS
     from posenc.functional.rope_scaling import ROPE_SCALING
-    from posenc.mixers import MIXERS
+    from posenc.nn.mixers import MIXERS
     from posenc.tasks import TASKS
 
     named = {s for c in CLAIMS for s in (*c.sides(), *(r.side for r in c.reported))}

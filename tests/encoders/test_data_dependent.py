@@ -8,9 +8,9 @@ import torch
 from rounding import gamma
 
 from posenc import functional as pf
-from posenc.attention import CausalAttention
+from posenc.nn.attention import CausalAttention
 from posenc.encoders import AttentionShape, build_encoder
-from posenc.model import ModelConfig, Transformer
+from posenc.nn.model import ModelConfig, Transformer
 
 SHAPE = AttentionShape(d_model=32, n_heads=4)
 CFG = ModelConfig(vocab_size=18, d_model=32, n_heads=4, n_layers=3, d_mlp=64)

@@ -8,7 +8,7 @@ import torch
 from posenc import functional as pf
 from posenc.encoders import ENCODERS, FIRE, AttentionShape, KerpleLog, T5Bias, build_encoder
 from posenc.errors import ConfigError
-from posenc.model import ModelConfig, Transformer
+from posenc.nn.model import ModelConfig, Transformer
 
 SHAPE = AttentionShape(d_model=32, n_heads=4)
 LEARNED_BIAS = ["t5", "kerple", "fire"]
@@ -249,7 +249,7 @@ def test_training_projects_kerple_parameters_after_every_step(tmp_path, monkeypa
     from conftest import tiny_config, tiny_dict
 
     from posenc.encoders.learned_bias import KerpleLog
-    from posenc.train import train
+    from posenc.running.train import train
 
     calls = []
     monkeypatch.setattr(KerpleLog, "positive_parameters",

@@ -7,10 +7,10 @@ import torch
 from conftest import learned_run
 
 from posenc import functional as pf
-from posenc import runs as run_dirs
+from posenc.running import runs as run_dirs
 from posenc.encoders import ENCODERS, AttentionShape, Randomized, build_encoder
 from posenc.errors import ConfigError, PositionRangeError
-from posenc.model import ModelConfig, Transformer
+from posenc.nn.model import ModelConfig, Transformer
 
 SHAPE = AttentionShape(d_model=32, n_heads=4)
 
@@ -103,7 +103,7 @@ def test_model_training_forwards_differ_and_evaluation_is_deterministic(base):
 
 
 def test_full_tiny_training_run_then_evaluation_with_a_nan_row_past_max_position(tmp_path, always_learns):
-    from posenc.extrapolate import extrapolate
+    from posenc.running.extrapolate import extrapolate
 
     overrides = ("encoder=randomized", "encoder.base=rope", "encoder.max_position=32")
     metrics = learned_run(tmp_path, *overrides)  # learned: evaluated past its training length

@@ -11,7 +11,7 @@ from posenc.encoders import AttentionShape, RotaryEncoder, build_encoder
 from posenc.errors import ConfigError
 from posenc.functional.rope_scaling import ROPE_SCALING
 from posenc.functional.rope_scaling_spec import RopeScaling
-from posenc.model import ModelConfig, Transformer
+from posenc.nn.model import ModelConfig, Transformer
 
 SHAPE = AttentionShape(d_model=64, n_heads=4)  # head_dim 16
 TRAIN = 16

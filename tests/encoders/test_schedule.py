@@ -7,7 +7,7 @@ from posenc.encoders import ENCODERS, AttentionShape, build_encoder
 from posenc.encoders.schedule import acts_inside_attention
 from posenc.errors import ConfigError
 from posenc.functional.rope_scaling_spec import RopeScaling
-from posenc.model import ModelConfig, Transformer
+from posenc.nn.model import ModelConfig, Transformer
 
 SHAPE = AttentionShape(d_model=32, n_heads=4)
 CFG = ModelConfig(vocab_size=18, d_model=32, n_heads=4, n_layers=5, d_mlp=64)
@@ -84,7 +84,7 @@ def test_a_schedule_needs_an_even_head_dimension_only_for_its_rotary_layers():
 
 def test_evaluation_plans_rope_scaling_for_a_schedule_with_rotary_layers_only():
     from posenc.encoders.schedule import Schedule
-    from posenc.extrapolate import scalings_for
+    from posenc.running.extrapolate import scalings_for
 
     scalings = [RopeScaling("none"), RopeScaling("yarn")]
     assert Schedule.takes_rope_scaling_with({}) and not Schedule.takes_rope_scaling_with({"layers": ["nope", "t5"]})

@@ -9,10 +9,10 @@ import torch
 from rounding import attention_bound, xpos_score_bound
 
 from posenc import functional as pf
-from posenc.attention import CausalAttention
+from posenc.nn.attention import CausalAttention
 from posenc.encoders import AttentionShape, build_encoder
 from posenc.encoders.base import MAX_LENGTH
-from posenc.model import ModelConfig, Transformer
+from posenc.nn.model import ModelConfig, Transformer
 
 SHAPE = AttentionShape(d_model=32, n_heads=2)  # head_dim 16
 TRAIN = 32  # scale_base 16, the headline's: centred factors fit up to 1533 tokens

@@ -205,7 +205,7 @@ def test_training_split_evaluation_batches_are_random_windows(long_text):
 def test_evaluate_detailed_scores_the_held_out_text_once_per_length(long_text):
     from conftest import tiny_config
 
-    from posenc.evaluate import evaluate_detailed
+    from posenc.running.evaluate import evaluate_detailed
 
     corpus, _ = long_text
     cfg = tiny_config("task=lm", f"task.corpus={corpus}", "task.pattern=*.txt", "task.eval_fraction=0.5")
