@@ -61,11 +61,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posenc.nn import fused_bias
-from posenc.nn.attention import CausalAttention
 from posenc.encoders import ENCODERS, AttentionShape, PositionalEncoder
 from posenc.encoders.base import MAX_LENGTH, KeyBias, OwnAttention
 from posenc.errors import ConfigError, PosencError
+from posenc.nn import fused_bias
+from posenc.nn.attention import CausalAttention
 from posenc.nn.model import ModelConfig, Transformer
 from posenc.options import check_options
 
@@ -127,8 +127,9 @@ class Report:
         return next(o for o in self.outcomes if o.name == name)
 
     def lines(self) -> list[str]:
-        verdict = ("every property holds" if self.passed
-                   else f"{len(self.failed)} of {len(self.outcomes)} properties fail")
+        verdict = (
+            "every property holds" if self.passed else f"{len(self.failed)} of {len(self.outcomes)} properties fail"
+        )
         lines = [o.line() for o in self.outcomes]
         return [heading(self.key, self.origin), *lines, f"{verdict} ({self.seconds:.1f} s)"]
 
@@ -160,8 +161,9 @@ class Worst:
         if self.error == 0:
             return f"{what} 0 in all {self.count} compared (tolerance >= {self.tolerance:.1e})"
         sign = "<=" if self.holds else ">"
-        return (f"worst {what} {self.error:.1e} {sign} tolerance {self.tolerance:.1e} ({self.where}; "
-                f"{self.count} compared)")
+        return (
+            f"worst {what} {self.error:.1e} {sign} tolerance {self.tolerance:.1e} ({self.where}; {self.count} compared)"
+        )
 
 
 class Broken(Exception):
@@ -198,13 +200,19 @@ class Subject:
         options = check_options("encoder", self.key, self.cls, self.options)
         return self.cls(shape, TRAIN_LENGTH, **options)
 
-    def model(self, seed: int = 0, shape: AttentionShape = MAIN_SHAPE, n_layers: int = MODEL_LAYERS,
-              dtype: torch.dtype = torch.float32) -> Transformer:
+    def model(
+        self,
+        seed: int = 0,
+        shape: AttentionShape = MAIN_SHAPE,
+        n_layers: int = MODEL_LAYERS,
+        dtype: torch.dtype = torch.float32,
+    ) -> Transformer:
         """A model with a fresh encoder, initialised from ``seed`` (as training does: ``torch.manual_seed``),
         attending through :class:`CheckAttention`; in eval mode."""
         torch.manual_seed(seed)
-        cfg = ModelConfig(vocab_size=VOCAB, d_model=shape.d_model, n_layers=n_layers, n_heads=shape.n_heads,
-                          d_mlp=2 * shape.d_model)
+        cfg = ModelConfig(
+            vocab_size=VOCAB, d_model=shape.d_model, n_layers=n_layers, n_heads=shape.n_heads, d_mlp=2 * shape.d_model
+        )
         return Transformer(cfg, self.build(shape), CheckAttention()).to(dtype).eval()
 
 
@@ -358,10 +366,11 @@ def refusal(encoder: PositionalEncoder, length: int) -> str | None:
             raise Broken(f"check_positions refuses length {length} with an empty message") from err
         return str(err)
     except Exception as err:
-        raise Broken(f"check_positions({length}) raised {_first_line(err)}, not a PosencError "
-                     "(ConfigError or PositionRangeError) with a message") from err
+        raise Broken(
+            f"check_positions({length}) raised {_first_line(err)}, not a PosencError "
+            "(ConfigError or PositionRangeError) with a message"
+        ) from err
     return None
-
 
 
 def forward(model: Transformer, idx: Tensor, training: bool) -> Tensor:
@@ -403,8 +412,10 @@ def check_shapes(subject: Subject) -> str:
             with torch.no_grad():
                 outputs += hook_shapes(model.encoder, shape, batch, length, where)
                 expect("the model's logits", model(tokens(batch, length, length)), (batch, length, VOCAB), where)
-    text = (f"{outputs} hook outputs as specified and finite, at {built} shapes x {len(HOOK_CASES)} (batch, "
-            f"length) x {HOOK_LAYERS} layers; the model's logits too")
+    text = (
+        f"{outputs} hook outputs as specified and finite, at {built} shapes x {len(HOOK_CASES)} (batch, "
+        f"length) x {HOOK_LAYERS} layers; the model's logits too"
+    )
     return text + (f"; refused with a ConfigError: {'; '.join(refused)}" if refused else "")
 
 
@@ -412,8 +423,9 @@ def _shape(shape: AttentionShape) -> str:
     return f"d_model {shape.d_model}, {shape.n_heads} heads of {shape.head_dim}"
 
 
-def expect(name: str, t: Any, shape: tuple, where: str, dtype: torch.dtype | None = None,
-           mask: Tensor | None = None) -> int:
+def expect(
+    name: str, t: Any, shape: tuple, where: str, dtype: torch.dtype | None = None, mask: Tensor | None = None
+) -> int:
     """Raise :class:`Broken` unless ``t`` is a tensor of ``shape`` (and ``dtype``), finite (on ``mask``)."""
     if not isinstance(t, Tensor):
         raise Broken(f"{name} gives {type(t).__name__}, not a tensor ({where})")
@@ -460,10 +472,16 @@ def layer_shapes(layer: PositionalEncoder, x: Tensor, positions: Tensor, shape: 
     count = expect("rotate's queries", q2, wide, where, q.dtype)
     count += expect("rotate's keys", k2, wide, where, k.dtype)
     if layer.has_score_bias:  # keys up to the range's end (query blocks), and all keys (future ones unread)
-        count += expect("score_bias", layer.score_bias(positions[lo:hi], positions[:hi]), (h, hi - lo, hi), where,
-                        mask=rows)
-        count += expect("score_bias against every key", layer.score_bias(positions[lo:hi], positions),
-                        (h, hi - lo, s), where, mask=causal_mask(s)[lo:hi])
+        count += expect(
+            "score_bias", layer.score_bias(positions[lo:hi], positions[:hi]), (h, hi - lo, hi), where, mask=rows
+        )
+        count += expect(
+            "score_bias against every key",
+            layer.score_bias(positions[lo:hi], positions),
+            (h, hi - lo, s),
+            where,
+            mask=causal_mask(s)[lo:hi],
+        )
     bias = layer.data_bias(x, q2, k2)
     if bias is not None:
         count += expect("data_bias by query range", bias(lo, hi), (batch, h, hi - lo, hi), where, mask=rows)
@@ -508,8 +526,10 @@ def check_causality(subject: Subject) -> str:
         raise Broken(f"later tokens change earlier outputs: {worst.text('change')}")
     if not moved > 1:
         raise Broken("changing later tokens moved no later output beyond rounding: the check saw nothing")
-    return (f"later tokens change no earlier output: {worst.text('change')}; later outputs move by "
-            f">= {moved:.0e}x the tolerance")
+    return (
+        f"later tokens change no earlier output: {worst.text('change')}; later outputs move by "
+        f">= {moved:.0e}x the tolerance"
+    )
 
 
 def compare_futures(model: Transformer, batch: int, length: int, t: int, training: bool, worst: Worst) -> float:
@@ -523,8 +543,11 @@ def compare_futures(model: Transformer, batch: int, length: int, t: int, trainin
     cfg = model.cfg
     tolerance = rounding(a.dtype, (length + cfg.d_model + cfg.d_mlp) * cfg.n_layers, largest(a))
     mode = "a training step" if training else "inference"
-    worst.add(difference(a[:, : t + 1], b[:, : t + 1]), tolerance,
-              f"{str(a.dtype)[6:]}, {mode}, length {length}, tokens after {t} changed")
+    worst.add(
+        difference(a[:, : t + 1], b[:, : t + 1]),
+        tolerance,
+        f"{str(a.dtype)[6:]}, {mode}, length {length}, tokens after {t} changed",
+    )
     return difference(a[:, t + 1 :], b[:, t + 1 :]) / tolerance
 
 
@@ -555,8 +578,10 @@ def check_determinism(subject: Subject) -> str:
     loaded.load_state_dict(mine)
     if (gap := difference(forward(loaded, idx, False), logits)) > 0:
         raise Broken(f"a model loaded with the state dict gives logits {gap:.1e} apart (a tensor outside it?)")
-    return (f"bitwise: two builds from one seed ({len(mine)} state dict tensors, logits), the same input twice "
-            "(inference; a training forward under one seed), a model loaded with the state dict")
+    return (
+        f"bitwise: two builds from one seed ({len(mine)} state dict tensors, logits), the same input twice "
+        "(inference; a training forward under one seed), a model loaded with the state dict"
+    )
 
 
 # -- lengths -------------------------------------------------------------------------------------------------
@@ -579,8 +604,9 @@ def check_lengths(subject: Subject) -> str:
         try:
             logits = forward(model, tokens(1, length, length), False)
         except Exception as err:
-            raise Broken(f"check_positions accepts length {length}, then the model raises "
-                         f"{_first_line(err)}{_where(err)}") from err
+            raise Broken(
+                f"check_positions accepts length {length}, then the model raises {_first_line(err)}{_where(err)}"
+            ) from err
         expect("the model's logits", logits, (1, length, VOCAB), f"length {length}")
         ran.append(length)
     parts = [f"runs at {', '.join(map(str, ran))} tokens (finite logits)"] if ran else []
@@ -628,19 +654,27 @@ def check_training(subject: Subject) -> str:
     with torch.no_grad():
         after = float(next_token_loss(model.eval(), held_out))
     target = 0.5 * math.log(VOCAB)
-    text = (f"held-out loss {before:.2f} -> {after:.2f} after {TRAIN_STEPS} Adam steps (must reach <= "
-            f"{target:.2f}, half of log {VOCAB}: a model blind to the tokens stays >= {math.log(VOCAB):.2f})")
+    text = (
+        f"held-out loss {before:.2f} -> {after:.2f} after {TRAIN_STEPS} Adam steps (must reach <= "
+        f"{target:.2f}, half of log {VOCAB}: a model blind to the tokens stays >= {math.log(VOCAB):.2f})"
+    )
     if not after <= target:
         raise Broken(text)
     trained = sum(p.requires_grad for p in model.encoder.parameters())
-    return text + (f"; each of {trained} encoder parameter tensors got a finite nonzero gradient" if trained
-                   else "; no encoder parameters")
+    return text + (
+        f"; each of {trained} encoder parameter tensors got a finite nonzero gradient"
+        if trained
+        else "; no encoder parameters"
+    )
 
 
 def dead_parameters(encoder: PositionalEncoder) -> list[str]:
     """Trainable parameters whose gradient is missing, zero or not finite."""
-    return [name for name, p in encoder.named_parameters() if p.requires_grad
-            and (p.grad is None or not torch.isfinite(p.grad).all() or not p.grad.abs().sum() > 0)]
+    return [
+        name
+        for name, p in encoder.named_parameters()
+        if p.requires_grad and (p.grad is None or not torch.isfinite(p.grad).all() or not p.grad.abs().sum() > 0)
+    ]
 
 
 # -- fast paths ----------------------------------------------------------------------------------------------
@@ -728,15 +762,28 @@ def make_case(layer: PositionalEncoder, batch: int, length: int, label: str, gra
     shape = layer.shape
     gen = torch.Generator().manual_seed(length)
     x = torch.randn(batch, length, shape.d_model, generator=gen, dtype=torch.float64)
-    q, k, v = (torch.randn(batch, shape.n_heads, length, shape.head_dim, generator=gen, dtype=torch.float64)
-               .requires_grad_(grad) for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, shape.n_heads, length, shape.head_dim, generator=gen, dtype=torch.float64).requires_grad_(
+            grad
+        )
+        for _ in range(3)
+    )
     positions = torch.arange(length)
     with torch.set_grad_enabled(grad):
         q2, k2 = layer.rotate(q, k, positions)
         bias = layer.score_bias(positions, positions) if layer.has_score_bias else None
         data = layer.data_bias(x, q2, k2)
-    return Case(layer, f"{label}, batch {batch}, length {length}", x, q2, k2, v, positions,
-                None if bias is None else bias.detach().double(), data)
+    return Case(
+        layer,
+        f"{label}, batch {batch}, length {length}",
+        x,
+        q2,
+        k2,
+        v,
+        positions,
+        None if bias is None else bias.detach().double(),
+        data,
+    )
 
 
 def move_parameters(encoder: PositionalEncoder) -> None:
@@ -772,8 +819,11 @@ def score_bias_blocks(cases: list[Case]) -> str | None:
         for start in range(0, s, QUERY_BLOCK):
             end = min(start + QUERY_BLOCK, s)
             part = case.layer.score_bias(case.positions[start:end], case.positions[:end])
-            worst.add(difference(part, case.bias[:, start:end, :end], causal_mask(end)[start:end]),
-                      case.bias_tolerance, f"{case.label}, queries {start}..{end - 1}")
+            worst.add(
+                difference(part, case.bias[:, start:end, :end], causal_mask(end)[start:end]),
+                case.bias_tolerance,
+                f"{case.label}, queries {start}..{end - 1}",
+            )
     return None if not worst.count else verdict(worst, "blocks against the whole score_bias")
 
 
@@ -794,8 +844,11 @@ def distance_table(cases: list[Case]) -> str | None:
         if case.bias is None:
             raise Broken(f"distance_table given without a score_bias (has_score_bias False; {case.label})")
         expect("distance_table", table, (case.layer.shape.n_heads, case.length), case.label)
-        bias_worst.add(difference(table[:, distances(case.length)], case.bias, causal_mask(case.length)),
-                       case.bias_tolerance, case.label)
+        bias_worst.add(
+            difference(table[:, distances(case.length)], case.bias, causal_mask(case.length)),
+            case.bias_tolerance,
+            case.label,
+        )
         want, tol = case.reference, case.tolerance
         with torch.no_grad():
             fused = fused_bias.distance_table_attention(case.q, case.k, case.v, table.detach(), QUERY_BLOCK)
@@ -820,10 +873,16 @@ def score_mod(cases: list[Case]) -> str | None:
             raise Broken(f"score_mod given without a score_bias (has_score_bias False; {case.label})")
         grid = torch.arange(s)
         for head in range(layer.shape.n_heads):
-            got = mod(torch.zeros(s, s, dtype=torch.float64), torch.tensor(0), torch.tensor(head), grid[:, None],
-                      grid[None, :])
-            bias_worst.add(difference(got, case.bias[head], causal_mask(s)), case.bias_tolerance,
-                           f"head {head}, {case.label}")
+            got = mod(
+                torch.zeros(s, s, dtype=torch.float64),
+                torch.tensor(0),
+                torch.tensor(head),
+                grid[:, None],
+                grid[None, :],
+            )
+            bias_worst.add(
+                difference(got, case.bias[head], causal_mask(s)), case.bias_tolerance, f"head {head}, {case.label}"
+            )
         if s < 3 * TRAIN_LENGTH:
             # eager FlexAttention traces its score_mod at every call (slow; see docs/performance.md, section
             # "Measurements behind design choices"): past training only
@@ -848,8 +907,7 @@ def linear_bias(cases: list[Case]) -> str | None:
         if case.bias is None:
             raise Broken(f"linear_bias_slopes given without a score_bias ({case.label})")
         linear = -slopes.double()[:, None, None] * distances(case.length).double()
-        bias_worst.add(difference(linear, case.bias, causal_mask(case.length)), case.bias_tolerance,
-                       case.label)
+        bias_worst.add(difference(linear, case.bias, causal_mask(case.length)), case.bias_tolerance, case.label)
         with torch.no_grad():
             out = fused_bias.linear_bias_attention(case.q, case.k, case.v, case.positions, slopes.detach())
         out_worst.add(difference(out, case.reference), case.tolerance, case.label)
@@ -874,16 +932,21 @@ def far_bias(cases: list[Case]) -> str | None:
         bias_worst.add(difference(case.bias, want, beyond), case.bias_tolerance, case.label)
         if s > reach:
             with torch.no_grad():
-                out = fused_bias.far_constant_attention(case.q, case.k, case.v, case.layer, reach,
-                                                        constant.detach(), QUERY_BLOCK)
+                out = fused_bias.far_constant_attention(
+                    case.q, case.k, case.v, case.layer, reach, constant.detach(), QUERY_BLOCK
+                )
             out_worst.add(difference(out, case.reference), case.tolerance, case.label)
     if not bias_worst.count:
         return None
     if not out_worst.count:
         case = next(c for c in cases if c.layer.far_bias() is not None)
         return far_bias([make_case(case.layer, 1, reach + QUERY_BLOCK + 2, "past its reach")])
-    return "; ".join((verdict(bias_worst, f"score_bias from distance {reach} on against the constant"),
-                      verdict(out_worst, "fused far keys + near band")))
+    return "; ".join(
+        (
+            verdict(bias_worst, f"score_bias from distance {reach} on against the constant"),
+            verdict(out_worst, "fused far keys + near band"),
+        )
+    )
 
 
 def data_bias_blocks(cases: list[Case]) -> str | None:
@@ -895,8 +958,9 @@ def data_bias_blocks(cases: list[Case]) -> str | None:
             continue
         s = case.length
         whole = case.whole_data
-        expect("data_bias(0, s)", whole, (case.q.shape[0], case.layer.shape.n_heads, s, s), case.label,
-               mask=causal_mask(s))
+        expect(
+            "data_bias(0, s)", whole, (case.q.shape[0], case.layer.shape.n_heads, s, s), case.label, mask=causal_mask(s)
+        )
         for start in range(0, s, QUERY_BLOCK):
             end = min(start + QUERY_BLOCK, s)
             part = difference(case.data(start, end), whole[..., start:end, :end], causal_mask(end)[start:end])
@@ -933,8 +997,11 @@ def own_attention(cases: list[Case], training: list[Case]) -> str | None:
         if out is None:
             declined += 1
             continue
-        worst.add(difference(out, case.reference), case.tolerance,
-                  f"{'a training step' if grad else 'inference'}, {case.label}")
+        worst.add(
+            difference(out, case.reference),
+            case.tolerance,
+            f"{'a training step' if grad else 'inference'}, {case.label}",
+        )
     if not worst.count and not declined:
         return None
     return verdict(worst, "attend against the dense bias") + f"; {declined} calls declined (query blocks)"
@@ -965,8 +1032,9 @@ def fast_path_outcomes(subject: Subject) -> list[Outcome]:
         if outcome.detail or not outcome.passed:
             outcomes.append(outcome)
     if any(isinstance(c.data, OwnAttention) for c in cases):
-        outcomes.append(_run("data_bias as OwnAttention",
-                             lambda s: own_attention(cases, fast_cases(s, grad=True)) or "", subject))
+        outcomes.append(
+            _run("data_bias as OwnAttention", lambda s: own_attention(cases, fast_cases(s, grad=True)) or "", subject)
+        )
     return outcomes or [Outcome("fast paths", True, "none declared (score_bias, data_bias, tables, score_mod)")]
 
 
@@ -980,8 +1048,9 @@ PROPERTIES: tuple[tuple[str, Callable[[Subject], Any]], ...] = (
 )
 
 
-def check(encoder: str | type, options: dict[str, Any] | None = None,
-          on_outcome: Callable[[Outcome], None] | None = None) -> Report:
+def check(
+    encoder: str | type, options: dict[str, Any] | None = None, on_outcome: Callable[[Outcome], None] | None = None
+) -> Report:
     """Every property of ``encoder`` (a registry key or a :class:`PositionalEncoder` subclass) built with
     ``options``; ``on_outcome`` is called with each outcome as it comes. An unknown key, a class that is no
     encoder, options it does not take or a build that fails at the main shape raise :class:`ConfigError` before

@@ -67,8 +67,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{TEMP_MARK}-{os.getpid()}-", suffix=".tmp",
-                                   dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{TEMP_MARK}-{os.getpid()}-", suffix=".tmp", dir=path.parent)
     except OSError as err:
         from posenc.errors import PosencError
 
@@ -98,7 +97,7 @@ def _remove_dead_writers(path: Path) -> None:
     left; a kill's leftover named by an earlier posenc is removed by :func:`remove_stale_temporaries`."""
     mark = f".{path.name}.{TEMP_MARK}-"
     for leftover in path.parent.glob(f"{glob.escape(mark)}*.tmp"):
-        pid = leftover.name[len(mark):].split("-")[0]
+        pid = leftover.name[len(mark) :].split("-")[0]
         if pid.isdigit() and not _alive(int(pid)):
             with contextlib.suppress(OSError):
                 leftover.unlink()
@@ -153,8 +152,10 @@ def train_lock(run_dir: Path) -> Iterator[None]:
     except OSError as err:
         raise PosencError(f"cannot write {run_dir}: {err.strerror or err}") from err
     if handle is None:
-        raise PosencError(f"{run_dir} is being written by another posenc train right now; wait until it ends (the "
-                          "same command then resumes or skips the run), or train into another hydra.run.dir")
+        raise PosencError(
+            f"{run_dir} is being written by another posenc train right now; wait until it ends (the "
+            "same command then resumes or skips the run), or train into another hydra.run.dir"
+        )
     with handle:
         try:
             remove_stale_temporaries(run_dir)
@@ -199,7 +200,6 @@ def history_csv(rows: list[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
-
 def dump_yaml(data: dict[str, Any] | list[Any]) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
@@ -217,8 +217,13 @@ def special_file(path: Path) -> str | None:
         return None  # missing or unreadable: reading it says so
     if stat.S_ISREG(mode):
         return None
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -255,8 +260,9 @@ def read_metrics(run: Path) -> dict[str, Any]:
     try:
         text = path.read_bytes().decode()
     except UnicodeDecodeError:
-        raise PosencError(f"{damaged}: not text; it records whether the run learned: restore it or train the run "
-                          "again") from None
+        raise PosencError(
+            f"{damaged}: not text; it records whether the run learned: restore it or train the run again"
+        ) from None
     except OSError as err:
         raise PosencError(f"cannot read {path}: {err.strerror or err}") from None
     if not text.strip():
@@ -264,8 +270,10 @@ def read_metrics(run: Path) -> dict[str, Any]:
     try:
         metrics = json.loads(text)
     except ValueError as err:
-        raise PosencError(f"{damaged}: not valid JSON (truncated? {str(err).split(':')[0]}); it records whether the "
-                          "run learned: restore it or train the run again") from None
+        raise PosencError(
+            f"{damaged}: not valid JSON (truncated? {str(err).split(':')[0]}); it records whether the "
+            "run learned: restore it or train the run again"
+        ) from None
     if not isinstance(metrics, dict):
         raise PosencError(f"{damaged}: a JSON {type(metrics).__name__}, not posenc's metrics (an object)")
     for key, (types, shown) in _METRIC_TYPES.items():
@@ -289,33 +297,41 @@ def check_out_folder(out: str | os.PathLike, what: str = "--out", working_direct
     path = Path(os.path.expanduser(text or "."))
     shown = text or "''"
     if os.path.islink(path) and not os.path.exists(path):
-        raise PosencError(f"{what} {shown}: it is a symlink to {os.readlink(path)}, which does not exist; create "
-                          "that folder or name another")
+        raise PosencError(
+            f"{what} {shown}: it is a symlink to {os.readlink(path)}, which does not exist; create "
+            "that folder or name another"
+        )
     real = Path(os.path.realpath(path))
     try:
         here = Path(os.path.realpath(os.getcwd()))
     except OSError:  # the working directory was deleted: it cannot be `out`
         here = None
     if real == here and not working_directory:
-        raise PosencError(f"{what} {shown}: it is the working directory ({real}), where an empty {what} ends up "
-                          f"too; name a result folder, e.g. {what} results/tables")
+        raise PosencError(
+            f"{what} {shown}: it is the working directory ({real}), where an empty {what} ends up "
+            f"too; name a result folder, e.g. {what} results/tables"
+        )
     try:
         folder = real.is_dir()
     except OSError:  # a name too long, a loop of links: check_writable and the write say what is wrong
         return real
     if folder:
         if os.path.lexists(real / ".git"):
-            raise PosencError(f"{what} {shown}: it is the root of a git repository (it holds .git), not a result "
-                              f"folder; name one inside it, e.g. {real / 'results' / 'tables'}")
+            raise PosencError(
+                f"{what} {shown}: it is the root of a git repository (it holds .git), not a result "
+                f"folder; name one inside it, e.g. {real / 'results' / 'tables'}"
+            )
         if (real / CHECKPOINT_FILE).is_file():
             marker = CHECKPOINT_FILE
         elif (real / CONFIG_FILE).is_file() and any(
-                os.path.lexists(real / name) for name in (OVERRIDES_FILE, LOG_FILE, METRICS_FILE,
-                                                          HISTORY_FILE, ".hydra")):
+            os.path.lexists(real / name) for name in (OVERRIDES_FILE, LOG_FILE, METRICS_FILE, HISTORY_FILE, ".hydra")
+        ):
             marker = CONFIG_FILE
         else:
             marker = None
         if marker is not None:
-            raise PosencError(f"{what} {shown}: it is a run folder (it holds {marker}), which only training "
-                              "writes; name a result folder outside it")
+            raise PosencError(
+                f"{what} {shown}: it is a run folder (it holds {marker}), which only training "
+                "writes; name a result folder outside it"
+            )
     return real

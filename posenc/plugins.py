@@ -13,7 +13,8 @@ Two ways in, as pytest and lm-evaluation-harness take their users' code:
 A plugin encoder subclasses :class:`posenc.encoders.PositionalEncoder` and is built as
 ``Class(shape, train_length, **options)``; a task subclasses :class:`posenc.tasks.Task`, built as
 ``Class(**options)``. Their keyword-only constructor parameters are their options: ``posenc train encoder=KEY
-encoder.OPTION=VALUE`` composes a config made from them (:func:`posenc.running.config.plugin_config`) unless the plugin ships
+encoder.OPTION=VALUE`` composes a config made from them (:func:`posenc.running.config.plugin_config`)
+unless the plugin ships
 ``KEY.yaml`` beside its module. A run's identity is its key and options, as for a built-in; where the code
 came from (:class:`Origin`) is recorded in its ``config.yaml`` under ``plugins``, outside its identity.
 
@@ -92,8 +93,10 @@ def check_entry(registry, key: str, cls: Any, origin: Origin) -> None:
     """Raise one :class:`ConfigError` line naming the plugin if ``key`` or ``cls`` cannot be registered."""
     where = f"{registry.group} plugin '{key}' ({origin})"
     if not isinstance(key, str) or not KEY.match(key):
-        raise ConfigError(f"{registry.group} plugin {key!r} ({origin}): a key is lowercase letters, digits and _, "
-                          "starting with a letter, at most 48 characters")
+        raise ConfigError(
+            f"{registry.group} plugin {key!r} ({origin}): a key is lowercase letters, digits and _, "
+            "starting with a letter, at most 48 characters"
+        )
     if registry.has_key(key):
         taken = registry.recorded_origin(key)
         raise ConfigError(f"{where}: the key is taken by {taken or 'a posenc built-in'}")
@@ -192,8 +195,11 @@ def read_plugins(registry) -> None:
     try:
         entries = list(importlib.metadata.entry_points(group=registry.entry_point_group))
     except Exception as err:  # noqa: BLE001 - an unreadable installation: the registry's own keys still work
-        registry.refuse("", f"cannot read the installed {registry.entry_point_group} entry points: "
-                            f"{type(err).__name__}: {err}".splitlines()[0])
+        registry.refuse(
+            "",
+            f"cannot read the installed {registry.entry_point_group} entry points: "
+            f"{type(err).__name__}: {err}".splitlines()[0],
+        )
         entries = []
     for entry in entries:
         origin = Origin("entry point", _distribution(entry), _entry_object(entry))
@@ -231,8 +237,7 @@ def env_entries() -> list[str]:
     """``POSENC_PLUGINS``'s entries, file paths made absolute (and written back, so that launcher workers
     started in another folder import the same files), each once."""
     entries = [e.strip() for e in os.environ.get(ENV, "").split(",") if e.strip()]
-    absolute = list(dict.fromkeys(str(Path(e).expanduser().resolve()) if _is_file_entry(e) else e
-                                  for e in entries))
+    absolute = list(dict.fromkeys(str(Path(e).expanduser().resolve()) if _is_file_entry(e) else e for e in entries))
     if absolute != entries:
         os.environ[ENV] = ",".join(absolute)
     return absolute
@@ -254,8 +259,11 @@ def read_env_modules() -> None:
         except ConfigError as err:
             _module_errors.append(f"{ENV}: {err}")
         except _IMPORT_ERRORS as err:
-            line = (_error_line(err, Path(entry), named=True) if _is_file_entry(entry)
-                    else _error_line(err, _code_of(entry)))
+            line = (
+                _error_line(err, Path(entry), named=True)
+                if _is_file_entry(entry)
+                else _error_line(err, _code_of(entry))
+            )
             _module_errors.append(f"{ENV}: cannot import {entry}: {line}")
 
 
@@ -416,8 +424,11 @@ def listing(registry) -> list[tuple[str, str, str]]:
         except ConfigError as err:
             text = f"error: {err}"
         rows.append((key, text, "built-in" if origin is None else f"plugin: {origin}"))
-    rows += [(key, f"error: {reason}", "plugin") for key, reason in registry.broken_unchecked().items()
-             if key not in registry.keys_unchecked()]
+    rows += [
+        (key, f"error: {reason}", "plugin")
+        for key, reason in registry.broken_unchecked().items()
+        if key not in registry.keys_unchecked()
+    ]
     rows += [("", f"error: {reason}", "plugin") for _, reason in registry.refused_unchecked()]
     rows += [("", f"error: {line}", "plugin") for line in module_errors()]
     return rows

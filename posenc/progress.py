@@ -111,12 +111,14 @@ class LineProgress:
         t = self.tasks[task]
         done, clock = self.status(task, t["completed"], now)
         current = str(t.get("current") or "")
-        console.print(f"{t['description']} {done}{' ' + current if current else ''}, {clock}", highlight=False,
-                      soft_wrap=True)
+        console.print(
+            f"{t['description']} {done}{' ' + current if current else ''}, {clock}", highlight=False, soft_wrap=True
+        )
 
 
-def make_progress(enabled: bool, fields: str = "loss {task.fields[loss]:.4f}  acc {task.fields[acc]:.3f}",
-                  lines: bool = False) -> Progress | LineProgress:
+def make_progress(
+    enabled: bool, fields: str = "loss {task.fields[loss]:.4f}  acc {task.fields[acc]:.3f}", lines: bool = False
+) -> Progress | LineProgress:
     """A progress bar with ``fields`` (a format string over the task's fields).
 
     A no-op when disabled or when stderr is not a terminal (logs and CI output stay free of bar frames); with

@@ -11,8 +11,12 @@ LM_METRICS = ("perplexity", "token_accuracy", "loss")  # language modelling: eve
 _REPORT_METRICS = {"lm": LM_METRICS}
 
 # The option naming each task's answer alphabet, and its size when the option is not in the config.
-ANSWER_ALPHABET = {"copy": ("n_symbols", 16), "reverse": ("n_symbols", 16), "retrieval": ("n_values", 32),
-                   "passkey": (None, 10)}  # passkey answers are digits
+ANSWER_ALPHABET = {
+    "copy": ("n_symbols", 16),
+    "reverse": ("n_symbols", 16),
+    "retrieval": ("n_values", 32),
+    "passkey": (None, 10),
+}  # passkey answers are digits
 
 
 #: Tasks whose evaluation sequences nest: sequence ``i`` at length ``k * L`` scores the same text as sequences

@@ -149,8 +149,14 @@ def llama_reference(device: torch.device, max_length: int) -> torch.nn.Module:
         console.print("error: the reference needs transformers: pip install -e '.[bench]' (or --no-reference)")
         sys.exit(2)
     config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=max_length, tie_word_embeddings=True,
+        vocab_size=VOCAB,
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=max_length,
+        tie_word_embeddings=True,
     )
     config._attn_implementation = "sdpa"
     return LlamaForCausalLM(config).to(device)
@@ -180,8 +186,14 @@ def adamw(model: torch.nn.Module, device: torch.device, fused: bool | None = Non
 
 
 def training_tokens_per_s(
-    model: torch.nn.Module, device: torch.device, autocast: torch.dtype | None, batch: int, length: int,
-    steps: int, compiled: bool = False, fused: bool | None = None,
+    model: torch.nn.Module,
+    device: torch.device,
+    autocast: torch.dtype | None,
+    batch: int,
+    length: int,
+    steps: int,
+    compiled: bool = False,
+    fused: bool | None = None,
 ) -> float:
     """Tokens/s of full training steps (forward, loss, backward, clipping, AdamW: :func:`adamw`) on random
     tokens."""
@@ -237,9 +249,12 @@ def training_section(args, device, autocast) -> pd.DataFrame:
     llama = None if args.no_reference else models[0][0]
     for name, model, _ in models:
         tps = pd.Series(rates[name])
-        row = {"model": name, "tokens_per_s": tps.median(),
-               "mfu": tps.median() * train_flops_per_token(model, 2, 128, args.length) / peak,
-               "params": sum(p.numel() for p in model.parameters())}
+        row = {
+            "model": name,
+            "tokens_per_s": tps.median(),
+            "mfu": tps.median() * train_flops_per_token(model, 2, 128, args.length) / peak,
+            "params": sum(p.numel() for p in model.parameters()),
+        }
         for column, reference in (("vs_llama", llama), ("vs_rope", "posenc rope")):
             ratios = tps / pd.Series(rates[reference]) if reference else pd.Series([float("nan")])
             row.update({column: ratios.median(), f"{column}_low": ratios.min(), f"{column}_high": ratios.max()})
@@ -287,22 +302,32 @@ def jobs_section(args) -> pd.DataFrame:
     def run(threads: int, jobs: int, each: int) -> float:
         """Seconds of the slowest job's timed steps (after its warm-up, so imports and start-up don't count),
         all jobs at once."""
-        procs = [subprocess.Popen([sys.executable, "-c", _JOB, str(threads), str(each), *shape],
-                                  env={**os.environ, "OMP_NUM_THREADS": str(threads)}, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(jobs)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _JOB, str(threads), str(each), *shape],
+                env={**os.environ, "OMP_NUM_THREADS": str(threads)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(jobs)
+        ]
         seconds = []
         for proc in procs:
             out, err = proc.communicate()
             if proc.returncode != 0:
-                raise RuntimeError(f"a benchmark job failed: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}")
+                raise RuntimeError(
+                    f"a benchmark job failed: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}"
+                )
             seconds.append(float(out.strip().splitlines()[-1]))
         return max(seconds)
 
     rows = []
     for name, threads, jobs in ((f"1 job x {cores} threads", cores, 1), (f"{cores} jobs x 1 thread", 1, cores)):
         seconds = run(threads, jobs, steps * cores // jobs)
-        rows.append({"setting": name, "steps": steps * cores, "seconds": seconds,
-                     "steps_per_s": steps * cores / seconds})
+        rows.append(
+            {"setting": name, "steps": steps * cores, "seconds": seconds, "steps_per_s": steps * cores / seconds}
+        )
         console.print(f"  jobs {name}: {steps * cores / seconds:.1f} steps/s")
     table = pd.DataFrame(rows)
     table["vs_first"] = table["steps_per_s"] / table["steps_per_s"].iloc[0]
@@ -316,8 +341,20 @@ def forward_in_fresh_process(args) -> pd.DataFrame:
     import tempfile
 
     with tempfile.TemporaryDirectory() as out:
-        command = [sys.executable, __file__, "--sections", "forward", "--device", args.device, "--out", out,
-                   "--lengths", ",".join(map(str, args.lengths)), "--encoders", ",".join(args.encoders)]
+        command = [
+            sys.executable,
+            __file__,
+            "--sections",
+            "forward",
+            "--device",
+            args.device,
+            "--out",
+            out,
+            "--lengths",
+            ",".join(map(str, args.lengths)),
+            "--encoders",
+            ",".join(args.encoders),
+        ]
         command += (["--quick"] if args.quick else []) + (["--compile"] if args.compile else [])
         subprocess.run(command, check=True)
         return pd.read_csv(Path(out) / "forward.csv")
@@ -333,8 +370,10 @@ def least_memory(rows: list[dict], measure: Callable[[dict], tuple[float, float]
             peak, rise = measure(row)
             row["peak_mib"] = min(peak, row.get("peak_mib", peak))
             row["rise_mib"] = min(rise, row.get("rise_mib", rise))
-            console.print(f"  memory {row['encoder']} @ {row['length']}, pass {pass_ + 1}/{passes}: peak "
-                          f"{peak:.0f} MiB (+{rise:.0f})")
+            console.print(
+                f"  memory {row['encoder']} @ {row['length']}, pass {pass_ + 1}/{passes}: peak "
+                f"{peak:.0f} MiB (+{rise:.0f})"
+            )
 
 
 @flush_subnormals()  # as in posenc extrapolate, every thread of an evaluating process (posenc.nn.subnormals)
@@ -362,12 +401,12 @@ def forward_section(args, device, autocast) -> pd.DataFrame:
                 forward = forward_fn(name, length, device, autocast, args.compile)
                 first, row["seconds"] = first_and_best_time(forward, device, 1 if length > 8192 else 3)
                 row["first_s"] = first
-                console.print(f"  forward {name} @ {length}: {row['seconds']:.3f} s "
-                              f"(first call {first:.2f} s)")
+                console.print(f"  forward {name} @ {length}: {row['seconds']:.3f} s (first call {first:.2f} s)")
                 if device.type == "cuda":
                     row["peak_mib"], row["rise_mib"] = peak_memory(forward, device)
-                    console.print(f"  memory {name} @ {length}, pass 1/1: peak {row['peak_mib']:.0f} MiB "
-                                  f"(+{row['rise_mib']:.0f})")
+                    console.print(
+                        f"  memory {name} @ {length}, pass 1/1: peak {row['peak_mib']:.0f} MiB (+{row['rise_mib']:.0f})"
+                    )
             except Exception as err:  # noqa: BLE001  one encoder at one length failing (OOM) is one row
                 row["error"] = _one_line(err)
                 console.print(f"  forward {name} @ {length}: error {row['error']}")
@@ -379,14 +418,17 @@ def forward_section(args, device, autocast) -> pd.DataFrame:
         # (fresh pages every time), so memory is measured in passes of its own, after every timing.
         release_freed_memory_promptly()
         measured = [row for row in rows if not row["error"]]
-        least_memory(measured, lambda row: peak_memory(
-            forward_fn(row["encoder"], row["length"], device, autocast, args.compile), device),
-            1 if args.quick else MEMORY_PASSES)
+        least_memory(
+            measured,
+            lambda row: peak_memory(forward_fn(row["encoder"], row["length"], device, autocast, args.compile), device),
+            1 if args.quick else MEMORY_PASSES,
+        )
     return forward_table(rows)
 
 
-def forward_fn(name: str, length: int, device: torch.device, autocast: torch.dtype | None,
-               compiled: bool = False) -> Callable[[], None]:
+def forward_fn(
+    name: str, length: int, device: torch.device, autocast: torch.dtype | None, compiled: bool = False
+) -> Callable[[], None]:
     """One forward of encoder ``name``'s model on ``length`` random tokens, batch 1, without autograd."""
     # Encoders with a position range (the learned table's rows, the randomized encoding's range) are built
     # to cover the length benchmarked: this measures cost, not extrapolation.
@@ -449,9 +491,14 @@ def rope_section(args, device) -> pd.DataFrame:
         return q * cos + torch.cat((-x2, x1), dim=-1) * sin
 
     rows = []
-    for name, fn in (("posenc apply_rotation (complex, cached)", lambda: pf.apply_rotation(q, rotation)),
-                     ("posenc apply_rope (table computed per call)", lambda: pf.apply_rope(q, torch.arange(s, device=device), inv_freq)),
-                     ("rotate_half (cos/sin cached)", rotate_half)):
+    for name, fn in (
+        ("posenc apply_rotation (complex, cached)", lambda: pf.apply_rotation(q, rotation)),
+        (
+            "posenc apply_rope (table computed per call)",
+            lambda: pf.apply_rope(q, torch.arange(s, device=device), inv_freq),
+        ),
+        ("rotate_half (cos/sin cached)", rotate_half),
+    ):
         rows.append({"kernel": name, "shape": f"[{b}, {h}, {s}, {d}]", "ms": 1e3 * best_time(fn, device, 20)})
     table = pd.DataFrame(rows)
     table["vs_rotate_half"] = table["ms"] / table["ms"].iloc[-1]
@@ -487,9 +534,15 @@ def headline_config(encoder: str, device: torch.device, compiled: bool = False):
     from posenc.running.config import run_config_from_dict
 
     with initialize_config_module(config_module="posenc.conf", version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["experiment=length_generalization", f"encoder={encoder}",
-                                                       f"device={device.type}",
-                                                       f"train.compile={str(compiled).lower()}"])
+        cfg = compose(
+            config_name="config",
+            overrides=[
+                "experiment=length_generalization",
+                f"encoder={encoder}",
+                f"device={device.type}",
+                f"train.compile={str(compiled).lower()}",
+            ],
+        )
     return run_config_from_dict(OmegaConf.to_container(cfg, resolve=True))
 
 
@@ -508,8 +561,9 @@ def step_section(args, device, autocast) -> pd.DataFrame:
         torch.set_num_threads(threads)
 
 
-def _phases(name: str, device, autocast, quick: bool,
-            compiled: bool = False) -> tuple[Callable[[], list[float]], float]:
+def _phases(
+    name: str, device, autocast, quick: bool, compiled: bool = False
+) -> tuple[Callable[[], list[float]], float]:
     """A function timing one training step of encoder ``name`` at the headline's shape by phase (seconds of
     data, forward + loss, backward, optimizer), warmed up; and the step's model FLOPs."""
     from posenc.running.evaluate import answer_loss
@@ -579,20 +633,30 @@ def _step_rows(args, device, autocast) -> pd.DataFrame:
     for round_ in range(args.rounds):
         for name in names:
             phases = benches[name][0]
-            timed[name].append(pd.DataFrame([phases() for _ in range(n)],
-                                            columns=["data", "forward", "backward", "optimizer"]))
-            console.print(f"  step {name}, round {round_ + 1}/{args.rounds}: "
-                          f"{1e3 * timed[name][-1].sum(axis=1).median():.1f} ms")
+            timed[name].append(
+                pd.DataFrame([phases() for _ in range(n)], columns=["data", "forward", "backward", "optimizer"])
+            )
+            console.print(
+                f"  step {name}, round {round_ + 1}/{args.rounds}: {1e3 * timed[name][-1].sum(axis=1).median():.1f} ms"
+            )
     rope_rounds = pd.Series([t.sum(axis=1).median() for t in timed["rope"]])
     rows = []
     for name in names:
         steps = pd.concat(timed[name])
         step_s = steps.sum(axis=1).median()
         ratios = rope_rounds / pd.Series([t.sum(axis=1).median() for t in timed[name]])  # throughput vs rope
-        rows.append({"encoder": name, "ms_per_step": 1e3 * step_s, "mfu": benches[name][1] / step_s / peak,
-                     "vs_rope": ratios.median(), "vs_rope_low": ratios.min(), "vs_rope_high": ratios.max(),
-                     **{f"{k}_ms": 1e3 * v for k, v in steps.median().items()},
-                     **_profiled_shares(benches[name][0], device, n)})
+        rows.append(
+            {
+                "encoder": name,
+                "ms_per_step": 1e3 * step_s,
+                "mfu": benches[name][1] / step_s / peak,
+                "vs_rope": ratios.median(),
+                "vs_rope_low": ratios.min(),
+                "vs_rope_high": ratios.max(),
+                **{f"{k}_ms": 1e3 * v for k, v in steps.median().items()},
+                **_profiled_shares(benches[name][0], device, n),
+            }
+        )
     table = pd.DataFrame(rows)
     # What MFU the step would reach if the time outside some kernels vanished: with only its matmuls,
     # attention, norms/activations and optimizer kernels left (no small ops, no Python), and with matmuls alone
@@ -635,8 +699,10 @@ def machine(device: torch.device) -> str:
     """What measured: the GPU on CUDA, and always the CPU's model (issue 38: the bench names it), with the
     library versions."""
     gpu = f"GPU {torch.cuda.get_device_name()}; " if device.type == "cuda" else ""
-    return (f"{gpu}CPU {cpu_model()}, {torch.get_num_threads()} threads; torch {torch.__version__}; "
-            f"python {platform.python_version()}")
+    return (
+        f"{gpu}CPU {cpu_model()}, {torch.get_num_threads()} threads; torch {torch.__version__}; "
+        f"python {platform.python_version()}"
+    )
 
 
 def parse_args() -> argparse.Namespace:
@@ -651,14 +717,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs")
     parser.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
-    parser.add_argument("--compile", action="store_true",
-                        help="torch.compile every model measured (posenc's and the reference alike)")
-    parser.add_argument("--encoders", default=",".join(ENCODERS),
-                        help="comma-separated encoders (rope and nope, the references of the ratios, are "
-                             "always added)")
-    parser.add_argument("--sections", default="training,step,rope,forward",
-                        help="which of training,step,rope,forward,jobs (step: the headline's own training step, "
-                             "broken down; jobs: N one-thread jobs against one N-thread job)")
+    parser.add_argument(
+        "--compile", action="store_true", help="torch.compile every model measured (posenc's and the reference alike)"
+    )
+    parser.add_argument(
+        "--encoders",
+        default=",".join(ENCODERS),
+        help="comma-separated encoders (rope and nope, the references of the ratios, are always added)",
+    )
+    parser.add_argument(
+        "--sections",
+        default="training,step,rope,forward",
+        help="which of training,step,rope,forward,jobs (step: the headline's own training step, "
+        "broken down; jobs: N one-thread jobs against one N-thread job)",
+    )
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         console.print("error: --device cuda, but no CUDA device is available")
@@ -697,27 +769,32 @@ def main() -> None:
         "rope": lambda: rope_section(args, device),
         "jobs": lambda: jobs_section(args),
         # last: it changes how freed memory is returned; with other sections, in a fresh process
-        "forward": lambda: (forward_in_fresh_process(args) if len(args.sections) > 1
-                            else forward_section(args, device, autocast)),
+        "forward": lambda: (
+            forward_in_fresh_process(args) if len(args.sections) > 1 else forward_section(args, device, autocast)
+        ),
     }
     sections = {key: make() for key, make in makers.items() if key in args.sections}
     args.out.mkdir(parents=True, exist_ok=True)
     precision = ("bf16 autocast" if autocast else "fp32") + (", every model compiled" if args.compile else "")
-    lines = [(f"# posenc benchmark\n\nMachine: {machine(device)}; {precision}. Command: "
-              f"`python {' '.join(sys.argv)}` ({time.perf_counter() - start:.0f} s).\n")]
+    lines = [
+        (
+            f"# posenc benchmark\n\nMachine: {machine(device)}; {precision}. Command: "
+            f"`python {' '.join(sys.argv)}` ({time.perf_counter() - start:.0f} s).\n"
+        )
+    ]
     titles = {
         "training": f"Training throughput, batch {args.batch} x {args.length} tokens, median of {args.rounds} "
-                    "interleaved rounds (ratios to the HF Llama and to posenc rope: median, lowest and highest "
-                    "of the rounds; MFU against the matmul rate measured in this run)",
+        "interleaved rounds (ratios to the HF Llama and to posenc rope: median, lowest and highest "
+        "of the rounds; MFU against the matmul rate measured in this run)",
         "forward": "Forward pass, batch 1: best time, first call (compilation included) and peak memory (process "
-                   "RSS on CPU); ratios to rope and to plain fused causal SDPA (nope)",
+        "RSS on CPU); ratios to rope and to plain fused causal SDPA (nope)",
         "rope": "Rotary kernel time",
         "step": "The headline's training step (d_model 64, 3 layers, batch 64 x lengths 9-32, copy; one thread, "
-                "as its sweep jobs run): ms per step "
-                "(median), its phases by the clock, the profiler's op time by category and the rest (python: "
-                "interpreter and autograd bookkeeping), MFU against the matmul rate measured in this run",
+        "as its sweep jobs run): ms per step "
+        "(median), its phases by the clock, the profiler's op time by category and the rest (python: "
+        "interpreter and autograd bookkeeping), MFU against the matmul rate measured in this run",
         "jobs": "Sweep jobs on this machine: the headline's model (d_model 64, 3 layers, batch 64 x 32 tokens), "
-                "same total steps, wall time of all jobs",
+        "same total steps, wall time of all jobs",
     }
     for key in ("training", "step"):
         if key in sections:

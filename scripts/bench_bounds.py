@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import VOCAB, headline_config, machine, posenc_model, train_flops_per_token  # noqa: E402
 from work_per_score import arithmetic_rows, machine_limits  # noqa: E402
 
-from posenc.nn.attention import CausalAttention  # noqa: E402
 from posenc.files import atomic_write_text  # noqa: E402
 from posenc.functional import cope_attention  # noqa: E402
+from posenc.nn.attention import CausalAttention  # noqa: E402
 
 
 def median_time(fn, repeats: int = 7, fastest: bool = False) -> float:
@@ -72,12 +72,23 @@ def forward_rows(length: int) -> list[dict]:
     # attention's share of rope's forward, timed apart: a loaded machine can time the parts above the whole,
     # but the share of a part is at most 1 (else the floor below goes negative)
     share = min(model.cfg.n_layers * sdpa / whole, 1.0)
-    return [{"measure": f"forward {length}", "kernel": name, "seconds": t, "vs_sdpa": t / sdpa,
-             "attention_share_of_rope": share, "floor_vs_rope": 1 - share + share * t / sdpa}
-            for name, t in (("fused SDPA, width 32 (rope)", sdpa), ("fused SDPA, width 64 (pope)", wide),
-                            ("FlexAttention, empty score_mod", flex),
-                            ("FlexAttention, FIRE with a straight MLP (fire)", fire_least),
-                            ("fused SDPA + a bias computed outside, for free (fire)", fire_outside))]
+    return [
+        {
+            "measure": f"forward {length}",
+            "kernel": name,
+            "seconds": t,
+            "vs_sdpa": t / sdpa,
+            "attention_share_of_rope": share,
+            "floor_vs_rope": 1 - share + share * t / sdpa,
+        }
+        for name, t in (
+            ("fused SDPA, width 32 (rope)", sdpa),
+            ("fused SDPA, width 64 (pope)", wide),
+            ("FlexAttention, empty score_mod", flex),
+            ("FlexAttention, FIRE with a straight MLP (fire)", fire_least),
+            ("fused SDPA + a bias computed outside, for free (fire)", fire_outside),
+        )
+    ]
 
 
 def least_fire_score_mod(length: int):
@@ -105,8 +116,9 @@ def bias_outside_the_kernel(q, k, v, block: int = 256):
     def attend():
         for start in range(0, length, block):
             end = min(start + block, length)
-            F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, :end], v[:, :, :end],
-                                           attn_mask=zeros[:, : end - start, :end])
+            F.scaled_dot_product_attention(
+                q[:, :, start:end], k[:, :, :end], v[:, :, :end], attn_mask=zeros[:, : end - start, :end]
+            )
 
     return attend
 
@@ -119,7 +131,8 @@ def training_rows(batch: int = 32, length: int = 128) -> list[dict]:
     kernels = {
         "fused SDPA, width 32 (rope)": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         "fused SDPA, width 64 (pope)": lambda: F.scaled_dot_product_attention(
-            wide_q, wide_k, F.pad(v, (0, 32)), is_causal=True)[..., :32],
+            wide_q, wide_k, F.pad(v, (0, 32)), is_causal=True
+        )[..., :32],
         "cope_attention (cope)": lambda: cope_attention(q, k, v, pos_emb),
     }
     times = {name: median_time(lambda fn=fn: fn().sum().backward()) for name, fn in kernels.items()}
@@ -136,9 +149,17 @@ def training_rows(batch: int = 32, length: int = 128) -> list[dict]:
     rope_step = median_time(step)
     sdpa = times["fused SDPA, width 32 (rope)"]
     layers = model.cfg.n_layers
-    return [{"measure": f"training {batch}x{length}", "kernel": name, "seconds": t, "vs_sdpa": t / sdpa,
-             "attention_share_of_rope": layers * sdpa / rope_step,
-             "floor_vs_rope": rope_step / (rope_step + layers * (t - sdpa))} for name, t in times.items()]
+    return [
+        {
+            "measure": f"training {batch}x{length}",
+            "kernel": name,
+            "seconds": t,
+            "vs_sdpa": t / sdpa,
+            "attention_share_of_rope": layers * sdpa / rope_step,
+            "floor_vs_rope": rope_step / (rope_step + layers * (t - sdpa)),
+        }
+        for name, t in times.items()
+    ]
 
 
 def matmul_rows() -> list[dict]:
@@ -146,6 +167,7 @@ def matmul_rows() -> list[dict]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+
         def rate(m: int, n: int, p: int) -> float:
             a, b = torch.randn(m, n), torch.randn(n, p)
             return 2 * m * n * p / median_time(lambda: a @ b, 21)
@@ -159,9 +181,17 @@ def matmul_rows() -> list[dict]:
                 flops, seconds = flops + f, seconds + f / rate(*shape)
     finally:
         torch.set_num_threads(threads)
-    return [{"measure": "headline step, one thread", "kernel": "its matmuls vs a 1024^3 matmul",
-             "seconds": seconds, "vs_sdpa": float("nan"), "attention_share_of_rope": float("nan"),
-             "floor_vs_rope": float("nan"), "matmul_mfu_bound": flops / seconds / peak}]
+    return [
+        {
+            "measure": "headline step, one thread",
+            "kernel": "its matmuls vs a 1024^3 matmul",
+            "seconds": seconds,
+            "vs_sdpa": float("nan"),
+            "attention_share_of_rope": float("nan"),
+            "floor_vs_rope": float("nan"),
+            "matmul_mfu_bound": flops / seconds / peak,
+        }
+    ]
 
 
 def headline_work(out: Path) -> dict:
@@ -176,11 +206,21 @@ def headline_work(out: Path) -> dict:
         table = pd.read_csv(step).set_index("encoder")
         floor = float(table.loc["rope", "mfu_if_only_kernels"]) if "rope" in table.index else floor
     params = sum(p.numel() for p in model.parameters())
-    shape = {"d_model": m.d_model, "d_mlp": m.d_mlp, "n_layers": m.n_layers, "n_heads": m.n_heads,
-             "length": length, "vocab": task.vocab_size, "params": params,
-             "tokens_per_step": cfg.train.batch_size * length}
-    return {"shape": shape, "kernel_floor": floor,
-            "matmul_flops_per_token": train_flops_per_token(model, m.n_layers, m.d_model, length)}
+    shape = {
+        "d_model": m.d_model,
+        "d_mlp": m.d_mlp,
+        "n_layers": m.n_layers,
+        "n_heads": m.n_heads,
+        "length": length,
+        "vocab": task.vocab_size,
+        "params": params,
+        "tokens_per_step": cfg.train.batch_size * length,
+    }
+    return {
+        "shape": shape,
+        "kernel_floor": floor,
+        "matmul_flops_per_token": train_flops_per_token(model, m.n_layers, m.d_model, length),
+    }
 
 
 def main() -> None:
@@ -197,10 +237,13 @@ def main() -> None:
     atomic_write_text(args.out / "arithmetic.csv", arithmetic.to_csv(index=False))
     markdown = table.to_markdown(index=False, floatfmt=".4g")
     sums = arithmetic.to_markdown(index=False, floatfmt=".4g")
-    atomic_write_text(args.out / "bounds.md", f"# What the kernels allow (scripts/bench_bounds.py)\n\nMachine: "
-                      f"{machine(torch.device('cpu'))}; fp32. Command: `python {' '.join(sys.argv)}` "
-                      f"({time.perf_counter() - start:.0f} s).\n\n{markdown}\n\n"
-                      f"## What physics allows (scripts/work_per_score.py)\n\n{limits.describe()}\n\n{sums}\n")
+    atomic_write_text(
+        args.out / "bounds.md",
+        f"# What the kernels allow (scripts/bench_bounds.py)\n\nMachine: "
+        f"{machine(torch.device('cpu'))}; fp32. Command: `python {' '.join(sys.argv)}` "
+        f"({time.perf_counter() - start:.0f} s).\n\n{markdown}\n\n"
+        f"## What physics allows (scripts/work_per_score.py)\n\n{limits.describe()}\n\n{sums}\n",
+    )
     print(markdown)
     print(sums)
 

@@ -29,9 +29,7 @@ def _range(row: pd.Series, column: str) -> str:
     return f"{_ratio(row[column])} [{row[f'{column}_low']:.2f}, {row[f'{column}_high']:.2f}]"
 
 
-def summary(
-    folder: Path, lengths: tuple[int, int] = (8192, 32768), growth: tuple[int, int] = (2048, 32768)
-) -> str:
+def summary(folder: Path, lengths: tuple[int, int] = (8192, 32768), growth: tuple[int, int] = (2048, 32768)) -> str:
     """The Markdown table (and the lines under it) for the bench tables in ``folder``.
 
     Raises ValueError (one line) when a table or a length it needs is missing.
@@ -61,8 +59,10 @@ def summary(
         if name == "rope":
             cells = [f"rope (reference) | {rope['tokens_per_s'] / 1e3:.1f}k (MFU {rope['mfu']:.2f})"]
         else:
-            cells = [f"{name} | " + (_range(training.loc[f"posenc {name}"], "vs_rope")
-                                    if f"posenc {name}" in training.index else "")]
+            cells = [
+                f"{name} | "
+                + (_range(training.loc[f"posenc {name}"], "vs_rope") if f"posenc {name}" in training.index else "")
+            ]
         for n in lengths:
             row = forward.loc[(name, n)]
             time = f"{row['seconds']:.2f} s" if name == "rope" else _ratio(row["time_vs_rope"])
@@ -72,8 +72,10 @@ def summary(
         lines.append("| " + " | ".join(cells) + " |")
     if LLAMA in training.index:
         llama = training.loc[LLAMA]
-        lines.append(f"\nposenc rope trains {_range(rope, 'vs_llama')} as fast as a Hugging Face `LlamaForCausalLM`"
-                     f" of the same shape ({llama['tokens_per_s'] / 1e3:.1f}k tokens/s, MFU {llama['mfu']:.2f}).")
+        lines.append(
+            f"\nposenc rope trains {_range(rope, 'vs_llama')} as fast as a Hugging Face `LlamaForCausalLM`"
+            f" of the same shape ({llama['tokens_per_s'] / 1e3:.1f}k tokens/s, MFU {llama['mfu']:.2f})."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -87,8 +89,11 @@ def main() -> None:
         lengths, growth = (tuple(int(x) for x in text.split(",")) for text in (args.lengths, args.growth))
         assert len(lengths) == 2 and len(growth) == 2
     except (ValueError, AssertionError):
-        print(f"error: --lengths and --growth take two lengths each, like 8192,32768; got {args.lengths!r}, "
-              f"{args.growth!r}", file=sys.stderr)
+        print(
+            f"error: --lengths and --growth take two lengths each, like 8192,32768; got {args.lengths!r}, "
+            f"{args.growth!r}",
+            file=sys.stderr,
+        )
         sys.exit(2)
     try:
         print(summary(args.folder, lengths, growth), end="")

@@ -32,17 +32,19 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import headline_config, machine, sync  # noqa: E402
 
-from posenc.running.evaluate import answer_loss  # noqa: E402
 from posenc.files import atomic_write_text  # noqa: E402
-from posenc.tasks.base import Batch  # noqa: E402
+from posenc.running.evaluate import answer_loss  # noqa: E402
 from posenc.running.train import draw_batch, lr_factor, optimizer_step, setup_training  # noqa: E402
+from posenc.tasks.base import Batch  # noqa: E402
 
 
 def padded(batches: list[Batch], width: int) -> Batch:
     """The members' batches right-padded to ``width`` (masked out: causal attention and the masked loss make the
     padding invisible to the real tokens), stacked ``[K, b, width]``."""
+
     def pad(t: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.pad(t, (0, width - t.shape[1]))
+
     return Batch(*(torch.stack([pad(getattr(b, f)) for b in batches]) for f in ("inputs", "targets", "mask")))
 
 
@@ -64,11 +66,15 @@ def run(members: int, steps: int, device: torch.device, name: str) -> dict:
     base = alone[0][1]
     decay = [params[k] for k, p in base.named_parameters() if p.dim() >= 2]
     no_decay = [params[k] for k, p in base.named_parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.train.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.train.lr, betas=(0.9, 0.98))
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.train.lr,
+        betas=(0.9, 0.98),
+    )
     t = cfg.train
     scheduler = torch.optim.lr_scheduler.LambdaLR(  # posenc.running.train.setup_training's schedule
-        optimizer, lambda step: lr_factor(step, t.warmup_steps, t.steps, t.final_lr_ratio))
+        optimizer, lambda step: lr_factor(step, t.warmup_steps, t.steps, t.final_lr_ratio)
+    )
     autocast = alone[0][5]
 
     def forward(p, b, inputs):
@@ -80,11 +86,15 @@ def run(members: int, steps: int, device: torch.device, name: str) -> dict:
         width = max(w for _, w in batches)
         both = padded([b.to(device) for b, _ in batches], width)
         # CUDA's fused SDPA kernels fail in vmap's backward ("LSE is not correctly aligned"): the math one there
-        with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None), \
-                (sdpa_kernel(SDPBackend.MATH) if device.type == "cuda" else contextlib.nullcontext()):
+        with (
+            torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None),
+            sdpa_kernel(SDPBackend.MATH) if device.type == "cuda" else contextlib.nullcontext(),
+        ):
             logits = batched(params, buffers, both.inputs)  # [K, b, width, vocab]
-            loss = sum(answer_loss(logits[i].float(), Batch(both.inputs[i], both.targets[i], both.mask[i]))
-                       for i in range(members))
+            loss = sum(
+                answer_loss(logits[i].float(), Batch(both.inputs[i], both.targets[i], both.mask[i]))
+                for i in range(members)
+            )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # clip_grad_norm_ per member: max_norm / (norm + 1e-6), at most 1
@@ -111,12 +121,19 @@ def run(members: int, steps: int, device: torch.device, name: str) -> dict:
             step(batches)
         sync(device)
         times[label] = time.perf_counter() - start
-    diff = max(float((params[k][i] - dict(a[1].named_parameters())[k]).detach().abs().max())
-               for i, a in enumerate(alone) for k in params)
-    return {"encoder": name, "members": members,
-            "alone_steps_per_s_per_seed": members * steps / times["alone"],
-            "stacked_steps_per_s_per_seed": members * steps / times["stacked"],
-            "stacked_vs_alone": times["alone"] / times["stacked"], "max_param_difference": diff}
+    diff = max(
+        float((params[k][i] - dict(a[1].named_parameters())[k]).detach().abs().max())
+        for i, a in enumerate(alone)
+        for k in params
+    )
+    return {
+        "encoder": name,
+        "members": members,
+        "alone_steps_per_s_per_seed": members * steps / times["alone"],
+        "stacked_steps_per_s_per_seed": members * steps / times["stacked"],
+        "stacked_vs_alone": times["alone"] / times["stacked"],
+        "max_param_difference": diff,
+    }
 
 
 def main() -> None:
@@ -134,8 +151,10 @@ def main() -> None:
         members = [int(m) for m in args.members.split(",")]
         assert all(m > 0 for m in members) and args.steps > 0
     except (ValueError, AssertionError):
-        print(f"error: --members must be positive integers separated by commas and --steps positive, got "
-              f"{args.members!r}, {args.steps}")
+        print(
+            f"error: --members must be positive integers separated by commas and --steps positive, got "
+            f"{args.members!r}, {args.steps}"
+        )
         sys.exit(2)
     device = torch.device(args.device)
     if device.type == "cpu":
@@ -147,9 +166,11 @@ def main() -> None:
     table = pd.DataFrame(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / f"ensemble_{device.type}.csv", table.to_csv(index=False))
-    atomic_write_text(args.out / f"ensemble_{device.type}.md",
-                      f"# Batched ensemble of seeds at the headline's step\n\nMachine: {machine(device)}. Command: "
-                      f"`python {' '.join(sys.argv)}`.\n\n{table.to_markdown(index=False, floatfmt='.4g')}\n")
+    atomic_write_text(
+        args.out / f"ensemble_{device.type}.md",
+        f"# Batched ensemble of seeds at the headline's step\n\nMachine: {machine(device)}. Command: "
+        f"`python {' '.join(sys.argv)}`.\n\n{table.to_markdown(index=False, floatfmt='.4g')}\n",
+    )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ import torch
 from posenc.analysis.folders import moved, updating
 from posenc.analysis.store import read_results, write_results
 from posenc.analysis.views import summary_markdown
-from posenc.running.config import run_config_from_dict
 from posenc.errors import PosencError
+from posenc.running.config import run_config_from_dict
 from posenc.running.evaluate import sequences_fingerprint
 from posenc.tasks import build_task
 
@@ -40,12 +40,18 @@ def fingerprints(evaluations) -> list[str]:
             continue
         cfg = run_config_from_dict(json.loads(row.config))
         depth = None if row.depth != row.depth else float(row.depth)  # NaN: no depth
-        key = (json.dumps(cfg.task.options, sort_keys=True), cfg.task.name, int(row.eval_length), depth,
-               int(row.n_sequences))
+        key = (
+            json.dumps(cfg.task.options, sort_keys=True),
+            cfg.task.name,
+            int(row.eval_length),
+            depth,
+            int(row.n_sequences),
+        )
         if key not in made:
             task = build_task(cfg.task.name, cfg.task.options)
-            made[key] = sequences_fingerprint(task if depth is None else task.at_depth(depth), int(row.eval_length),
-                                              int(row.n_sequences))
+            made[key] = sequences_fingerprint(
+                task if depth is None else task.at_depth(depth), int(row.eval_length), int(row.n_sequences)
+            )
         out.append(made[key])
     return out
 
@@ -62,12 +68,15 @@ def fingerprint_folder(folder: Path) -> int:
         wrong = [(i, h, m) for i, (h, m) in enumerate(zip(have, made)) if h and h != m]
         if wrong:
             i, h, m = wrong[0]
-            raise PosencError(f"{folder}: row {i} holds fingerprint {h}, torch {torch.__version__} makes {m}: these "
-                              "tables were evaluated on other sequences (another torch version's generator)")
+            raise PosencError(
+                f"{folder}: row {i} holds fingerprint {h}, torch {torch.__version__} makes {m}: these "
+                "tables were evaluated on other sequences (another torch version's generator)"
+            )
         filled = int(((have == "") & (pd.Series(made, index=have.index) != "")).sum())
         ev["fingerprint"] = made
-        paths = write_results(stage, type(results)(ev, results.sequences, results.positions),
-                              summary=summary_markdown(ev))
+        paths = write_results(
+            stage, type(results)(ev, results.sequences, results.positions), summary=summary_markdown(ev)
+        )
     moved(paths, stage, folder)
     return filled
 

@@ -35,8 +35,21 @@ import pandas as pd
 from posenc.files import atomic_write_text
 
 POSENC = [sys.executable, "-m", "posenc"]  # this interpreter's posenc, as a user runs it
-COLUMNS = ["seed", "threads", "steps_to_learn", "budget", "learned", "within_half_budget", "wall_seconds",
-           "train_seconds", "load_at_start", "omp_wait_policy", "cpu", "torch", "overrides"]
+COLUMNS = [
+    "seed",
+    "threads",
+    "steps_to_learn",
+    "budget",
+    "learned",
+    "within_half_budget",
+    "wall_seconds",
+    "train_seconds",
+    "load_at_start",
+    "omp_wait_policy",
+    "cpu",
+    "torch",
+    "overrides",
+]
 
 
 def cpu_model() -> str:
@@ -65,11 +78,16 @@ def train_one(seed: int, threads: int, folder: Path, overrides: list[str], wait_
     metrics = json.loads((folder / "metrics.json").read_text())
     steps, budget = metrics.get("steps_to_learn"), metrics["budget"]
     return {
-        "seed": seed, "threads": threads, "steps_to_learn": steps, "budget": budget,
+        "seed": seed,
+        "threads": threads,
+        "steps_to_learn": steps,
+        "budget": budget,
         "learned": bool(metrics["learned"]),
         "within_half_budget": bool(metrics["learned"]) and steps is not None and steps <= budget / 2,
-        "wall_seconds": round(wall, 1), "train_seconds": metrics["train_seconds"],
-        "load_at_start": round(load, 1), "omp_wait_policy": env.get("OMP_WAIT_POLICY", "default"),
+        "wall_seconds": round(wall, 1),
+        "train_seconds": metrics["train_seconds"],
+        "load_at_start": round(load, 1),
+        "omp_wait_policy": env.get("OMP_WAIT_POLICY", "default"),
     }
 
 
@@ -79,13 +97,18 @@ def summary(table: pd.DataFrame, command: str = "python scripts/first_run.py") -
     first = table.iloc[0]
     half, worst = int(table["budget"].max()) // 2, table["steps_to_learn"].max()
     configuration = f"the default with {first['overrides']}" if first["overrides"] else "the default"
-    margin = (f"the slowest at step {worst:.0f}, a margin of {half / worst:.1f}x" if table["learned"].all()
-              else f"{int((~table['learned']).sum())} not learned in the whole budget")
-    head = (f"# README's first run on {first['cpu']} (torch {first['torch']})\n\n"
-            f"Configuration: {configuration}. {int(table['within_half_budget'].sum())} of {len(table)} runs "
-            f"learned within half the budget ({half} steps); {margin}. OMP_WAIT_POLICY: "
-            f"{first['omp_wait_policy']}. Wall times include whatever else the machine ran (its load average at "
-            f"each run's start).\n\n")
+    margin = (
+        f"the slowest at step {worst:.0f}, a margin of {half / worst:.1f}x"
+        if table["learned"].all()
+        else f"{int((~table['learned']).sum())} not learned in the whole budget"
+    )
+    head = (
+        f"# README's first run on {first['cpu']} (torch {first['torch']})\n\n"
+        f"Configuration: {configuration}. {int(table['within_half_budget'].sum())} of {len(table)} runs "
+        f"learned within half the budget ({half} steps); {margin}. OMP_WAIT_POLICY: "
+        f"{first['omp_wait_policy']}. Wall times include whatever else the machine ran (its load average at "
+        f"each run's start).\n\n"
+    )
     shown = table.drop(columns=["cpu", "torch", "overrides", "omp_wait_policy"])
     lines = ["| " + " | ".join(shown.columns) + " |", "|" + "---|" * len(shown.columns)]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in shown.itertuples(index=False)]
@@ -106,11 +129,23 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         scratch = args.scratch or Path(tmp)
-        runs = [(seed, threads) for seed in [int(s) for s in args.seeds.split(",")]
-                for threads in [int(t) for t in args.threads.split(",")]]
+        runs = [
+            (seed, threads)
+            for seed in [int(s) for s in args.seeds.split(",")]
+            for threads in [int(t) for t in args.threads.split(",")]
+        ]
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            futures = [pool.submit(train_one, seed, threads, scratch / f"threads{threads}" / f"seed{seed}",
-                                   args.overrides, "PASSIVE" if args.passive else "") for seed, threads in runs]
+            futures = [
+                pool.submit(
+                    train_one,
+                    seed,
+                    threads,
+                    scratch / f"threads{threads}" / f"seed{seed}",
+                    args.overrides,
+                    "PASSIVE" if args.passive else "",
+                )
+                for seed, threads in runs
+            ]
             rows = []
             for future in futures:  # in the table's order; each printed as it is known
                 rows.append(future.result())

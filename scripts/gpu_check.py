@@ -77,8 +77,7 @@ WHEELS = ".gpu-wheels"
 STEPS = ["setup", "machine", "gpu_tests", "unit", "train_resume", "forward", "mps", "throughput"]
 # One group after another; the steps of a group at once. Only the two test steps share the machine (neither
 # is a timing, and unit runs at the lowest CPU priority): train_resume timed out beside them on the H200.
-GROUPS = [["setup"], ["machine"], ["gpu_tests", "unit"], ["train_resume"], ["forward"], ["mps"],
-          ["throughput"]]
+GROUPS = [["setup"], ["machine"], ["gpu_tests", "unit"], ["train_resume"], ["forward"], ["mps"], ["throughput"]]
 BACKGROUND = {"unit": "gpu_tests"}  # runs beside that step on the cores it leaves idle; stops when it ends
 ALWAYS = ["setup", "machine"]  # every machine starts bare, and the test steps need machine's facts
 # The first H200 call (results/gpu/) measured: setup 16 s, machine 6, gpu_tests 144 of its 145 tests in 170 s
@@ -87,25 +86,65 @@ ALWAYS = ["setup", "machine"]  # every machine starts bare, and the test steps n
 # and the least it starts with (NEEDS): a complete run for the tests, train_resume and mps; rope at 131072 for
 # forward (its rows are written as they come); some rows for throughput (likewise).
 MEASURED = {"setup": 16, "machine": 6, "gpu_tests": 185, "train_resume": 59, "mps": 64}  # complete or a floor
-LIMITS = {"setup": 90, "machine": 30, "gpu_tests": 240, "unit": 240, "train_resume": 120, "forward": 150,
-          "mps": 90, "throughput": 150}
-NEEDS = {"setup": 20, "machine": 10, "gpu_tests": 200, "unit": 20, "train_resume": 80, "forward": 60,
-         "mps": 75, "throughput": 40}
+LIMITS = {
+    "setup": 90,
+    "machine": 30,
+    "gpu_tests": 240,
+    "unit": 240,
+    "train_resume": 120,
+    "forward": 150,
+    "mps": 90,
+    "throughput": 150,
+}
+NEEDS = {
+    "setup": 20,
+    "machine": 10,
+    "gpu_tests": 200,
+    "unit": 20,
+    "train_resume": 80,
+    "forward": 60,
+    "mps": 75,
+    "throughput": 40,
+}
 # Limits, not expected times: the dry run takes about a minute in all on an idle 2-core CPU.
-DRY_LIMITS = {"setup": 120, "machine": 120, "gpu_tests": 120, "unit": 120, "train_resume": 240,
-              "forward": 120, "mps": 240, "throughput": 120}
+DRY_LIMITS = {
+    "setup": 120,
+    "machine": 120,
+    "gpu_tests": 120,
+    "unit": 120,
+    "train_resume": 240,
+    "forward": 120,
+    "mps": 240,
+    "throughput": 120,
+}
 DRY_NEEDS = dict.fromkeys(STEPS, 20)
 # Each length's own limit within the step's, the longest first: 131072 was never reached on the H200
 FORWARD_LENGTHS = {131072: 60, 32768: 45, 8192: 40}
 BUDGET = 500  # seconds for the whole check: about 8 minutes, with the machine's start well inside 15
 RESERVE = 15  # seconds kept for writing the results
 MIN_STEP = 20  # a forward length with less time than this left is skipped, not started
-OUTPUTS = ["summary.md", "steps.csv", "machine.json", "train.csv", "throughput.csv", "mps.csv", "forward.csv",
-           "logs.tar.gz"]
+OUTPUTS = [
+    "summary.md",
+    "steps.csv",
+    "machine.json",
+    "train.csv",
+    "throughput.csv",
+    "mps.csv",
+    "forward.csv",
+    "logs.tar.gz",
+]
 # The dry run's tiny model and task (tests/conftest.py's TINY, without its step count, and without a
 # task.min_length, which a fixed-length task does not use: posenc is to refuse an ignored setting, issue 38).
-TINY = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1", "model.d_mlp=32", "train.batch_size=4",
-        "train.eval_sequences=4", "task.length=16", "task.variable_length=False"]
+TINY = [
+    "model.d_model=16",
+    "model.n_heads=2",
+    "model.n_layers=1",
+    "model.d_mlp=32",
+    "train.batch_size=4",
+    "train.eval_sequences=4",
+    "task.length=16",
+    "task.variable_length=False",
+]
 COMPILED_FIRST = ["llama", "rope"]  # compiled throughput: these first, then every other encoder in order
 NO_TRANSFORMERS = "transformers not installed (the reference; the bench extra)"
 
@@ -155,8 +194,15 @@ class Check:
             except OSError:  # a closed console must not lose the results
                 pass
 
-    def run(self, command: list[str], seconds: float, log: str, cwd: Path | None = None,
-            env: dict | None = None, stop: threading.Event | None = None) -> int | None:
+    def run(
+        self,
+        command: list[str],
+        seconds: float,
+        log: str,
+        cwd: Path | None = None,
+        env: dict | None = None,
+        stop: threading.Event | None = None,
+    ) -> int | None:
         """``command`` with its output in ``logs/<log>``, in a process group of its own; None if it ran past
         ``seconds`` or ``stop`` was set (then SIGINT to the group, so pytest still writes its report, and
         SIGKILL 15 s later)."""
@@ -164,8 +210,14 @@ class Check:
         with open(self.logs / log, "ab") as f:
             f.write(f"$ {shlex.join(command)}\n".encode())
             f.flush()
-            proc = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, cwd=cwd or ROOT,
-                                    env=env or self.env, start_new_session=True)
+            proc = subprocess.Popen(
+                command,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                cwd=cwd or ROOT,
+                env=env or self.env,
+                start_new_session=True,
+            )
             while True:
                 try:
                     return proc.wait(timeout=max(0.01, min(0.5, until - time.monotonic())))
@@ -217,19 +269,30 @@ class Check:
         if why is not None:
             status, note = "skipped", why
             with self.lock:
-                self.records[name] = {"step": name, "status": status, "seconds": 0.0, "limit": round(seconds),
-                                      "need": self.needs[name], "note": note}
+                self.records[name] = {
+                    "step": name,
+                    "status": status,
+                    "seconds": 0.0,
+                    "limit": round(seconds),
+                    "need": self.needs[name],
+                    "note": note,
+                }
             self.decided[name].set()
         else:
             self.decided[name].set()
-            self.say(f"{name}: up to {seconds:.0f} s" + (f", beside {self.beside(name)}" if self.beside(name)
-                                                         else ""))
+            self.say(f"{name}: up to {seconds:.0f} s" + (f", beside {self.beside(name)}" if self.beside(name) else ""))
             try:
                 status, note = getattr(self, f"step_{name}")(seconds)
             except Exception as err:  # noqa: BLE001  a step's own bug must not lose the other steps' results
                 status, note = "failed", f"{type(err).__name__}: {err}"
-        record = {"step": name, "status": status, "seconds": round(time.monotonic() - begun, 1),
-                  "limit": round(seconds), "need": self.needs[name], "note": note}
+        record = {
+            "step": name,
+            "status": status,
+            "seconds": round(time.monotonic() - begun, 1),
+            "limit": round(seconds),
+            "need": self.needs[name],
+            "note": note,
+        }
         with self.lock:
             self.records[name] = record
         self.ended[name].set()
@@ -244,30 +307,63 @@ class Check:
         wheels = sorted(self.wheels.glob("*.whl"))
         tools = sorted((self.wheels / "build").glob("*.whl"))
         if not wheels or not tools:
-            return "failed", (f"no wheelhouse at {self.wheels}: run `bash scripts/gpu_wheelhouse.sh` on the "
-                              f"CPU machine and carry {WHEELS}")
+            return "failed", (
+                f"no wheelhouse at {self.wheels}: run `bash scripts/gpu_wheelhouse.sh` on the "
+                f"CPU machine and carry {WHEELS}"
+            )
         site, build, built = self.work / "site", self.work / "build-tools", self.work / "posenc-wheel"
-        pip = [self.python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-               "--no-cache-dir", "--upgrade", "--disable-pip-version-check"]
+        pip = [
+            self.python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--no-cache-dir",
+            "--upgrade",
+            "--disable-pip-version-check",
+        ]
         until = time.monotonic() + seconds
         # posenc itself is built here from this working tree (never a stale wheel), with the carried
         # setuptools, in a copy of what its wheel holds: the build leaves nothing in the tree the tests run in
         source = self.work / "posenc-source"
-        shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-            ".git", ".venv", WHEELS, "build", "dist", "*.egg-info", "results", "tests", "scripts",
-            "__pycache__"))
+        shutil.copytree(
+            ROOT,
+            source,
+            ignore=shutil.ignore_patterns(
+                ".git", ".venv", WHEELS, "build", "dist", "*.egg-info", "results", "tests", "scripts", "__pycache__"
+            ),
+        )
         steps = [
             (pip + ["--target", str(site), *map(str, wheels)], self.env),
             (pip + ["--target", str(build), *map(str, tools)], self.env),
-            ([self.python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-              "-w", str(built), str(source)], {**self.env, "PYTHONPATH": str(build)}),
+            (
+                [
+                    self.python,
+                    "-m",
+                    "pip",
+                    "wheel",
+                    "-q",
+                    "--no-deps",
+                    "--no-build-isolation",
+                    "--no-index",
+                    "-w",
+                    str(built),
+                    str(source),
+                ],
+                {**self.env, "PYTHONPATH": str(build)},
+            ),
         ]
         for command, env in steps:
             if self.run(command, until - time.monotonic(), "setup.log", env=env) != 0:
                 return "failed", f"`{shlex.join(command[:6])} ...` failed (logs/setup.log)"
         posenc_wheel = sorted(built.glob("posenc-*.whl"))
-        if self.run(pip + ["--target", str(site), *map(str, posenc_wheel)], until - time.monotonic(),
-                    "setup.log") != 0 or not posenc_wheel:
+        if (
+            self.run(pip + ["--target", str(site), *map(str, posenc_wheel)], until - time.monotonic(), "setup.log") != 0
+            or not posenc_wheel
+        ):
             return "failed", "installing posenc's wheel failed (logs/setup.log)"
         self.env["PYTHONPATH"] = str(site)
         self.env["PATH"] = f"{site / 'bin'}{os.pathsep}{self.env.get('PATH', '')}"
@@ -279,8 +375,11 @@ class Check:
     def step_machine(self, seconds: float) -> tuple[str, str]:
         if shutil.which("nvidia-smi"):
             self.run(["nvidia-smi"], 20, "machine.log")
-            self.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.max.sm",
-                      "--format=csv"], 20, "machine.log")
+            self.run(
+                ["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.max.sm", "--format=csv"],
+                20,
+                "machine.log",
+            )
         facts = self.child("facts", "--json", str(self.work / "machine.json"))
         rc = self.run(facts, seconds - 5, "machine.log")
         if rc != 0 or not (self.work / "machine.json").is_file():
@@ -292,13 +391,24 @@ class Check:
             return "failed", note + ": torch sees no CUDA device"
         return "ok", note
 
-    def _pytest(self, name: str, seconds: float, selection: list[str], workers: int,
-                beside: str | None = None) -> tuple[str, str]:
+    def _pytest(
+        self, name: str, seconds: float, selection: list[str], workers: int, beside: str | None = None
+    ) -> tuple[str, str]:
         """pytest on ``selection``; ``beside``: a step this one runs beside, at the lowest CPU priority, and
         stops when it ends ("partial" if tests were left: not a failure, what ran is counted)."""
         report = self.logs / f"{name}.xml"
-        command = [self.python, "-P", "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
-                   f"--junitxml={report}", *selection]
+        command = [
+            self.python,
+            "-P",
+            "-m",
+            "pytest",
+            "-q",
+            "-rfE",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={report}",
+            *selection,
+        ]
         if workers > 1 and self.facts.get("xdist"):
             command += ["-n", str(workers)]
         if self.facts.get("pytest_timeout"):
@@ -336,8 +446,13 @@ class Check:
         cwd, run = self.work / "train", self.work / "train" / "run"
         cwd.mkdir(parents=True, exist_ok=True)
         if self.dry:
-            config = [*TINY, "train.steps=300", "train.checkpoint_every=5", "train.check_every=0",
-                      "train.log_every=100"]
+            config = [
+                *TINY,
+                "train.steps=300",
+                "train.checkpoint_every=5",
+                "train.check_every=0",
+                "train.log_every=100",
+            ]
         else:  # the default run (rope on copy) with CUDA's defaults; a checkpoint every 50 steps for the kill
             config = ["train.checkpoint_every=50"]
         command = [self.posenc, "train", *config, f"hydra.run.dir={run}", "progress=false"]
@@ -345,8 +460,9 @@ class Check:
         with open(self.logs / "train_killed.log", "ab") as log:
             log.write(f"$ {shlex.join(command)}\n".encode())
             log.flush()
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
-                                    env=self.shared_env(), start_new_session=True)
+            proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=self.shared_env(), start_new_session=True
+            )
             while proc.poll() is None and not checkpoint.exists() and time.monotonic() < until:
                 time.sleep(0.05)
             running = proc.poll() is None
@@ -354,8 +470,9 @@ class Check:
                 os.killpg(proc.pid, signal.SIGKILL)  # mid-run, right after its first checkpoint
             proc.wait()
         if not running:
-            return "failed", (f"the first run ended (exit {proc.returncode}) before it could be killed "
-                              "(logs/train_killed.log)")
+            return "failed", (
+                f"the first run ended (exit {proc.returncode}) before it could be killed (logs/train_killed.log)"
+            )
         if not checkpoint.exists():
             return "timeout", "no checkpoint within the time limit (logs/train_killed.log)"
         killed = checkpoint_facts([checkpoint], self)[0]
@@ -365,19 +482,27 @@ class Check:
         metrics_file = run / "metrics.json"
         metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
         final = checkpoint_facts([checkpoint], self)[0] if metrics else {}
-        row = {"killed_at_step": killed["step"], "resumed_from_step": killed["step"] if resumed else "",
-               "learned": metrics.get("learned", ""), "steps_to_learn": metrics.get("steps_to_learn", ""),
-               "steps": metrics.get("steps", ""), "exact_match": metrics.get("exact_match", ""),
-               "train_seconds": metrics.get("train_seconds", ""), "device": metrics.get("device", ""),
-               "fused_adamw": final.get("fused", killed.get("fused")),
-               "compile_and_bf16": "auto: on" if self.device == "cuda" else "auto: off (CPU)",
-               "note": "alone on the machine (after the test steps)"}
+        row = {
+            "killed_at_step": killed["step"],
+            "resumed_from_step": killed["step"] if resumed else "",
+            "learned": metrics.get("learned", ""),
+            "steps_to_learn": metrics.get("steps_to_learn", ""),
+            "steps": metrics.get("steps", ""),
+            "exact_match": metrics.get("exact_match", ""),
+            "train_seconds": metrics.get("train_seconds", ""),
+            "device": metrics.get("device", ""),
+            "fused_adamw": final.get("fused", killed.get("fused")),
+            "compile_and_bf16": "auto: on" if self.device == "cuda" else "auto: off (CPU)",
+            "note": "alone on the machine (after the test steps)",
+        }
         write_csv(self.work / "train.csv", [row])
         if rc is None:
             return "timeout", f"resumed={resumed}; stopped at its time limit before it finished"
-        note = (f"killed (SIGKILL) after its step-{killed['step']} checkpoint; resumed from it: {resumed}; "
-                f"learned: {metrics.get('learned')} (steps {metrics.get('steps')}, exact match "
-                f"{metrics.get('exact_match')}); fused AdamW: {row['fused_adamw']}")
+        note = (
+            f"killed (SIGKILL) after its step-{killed['step']} checkpoint; resumed from it: {resumed}; "
+            f"learned: {metrics.get('learned')} (steps {metrics.get('steps')}, exact match "
+            f"{metrics.get('exact_match')}); fused AdamW: {row['fused_adamw']}"
+        )
         good = rc == 0 and resumed and bool(metrics) and (self.dry or metrics.get("learned") is True)
         if self.dry:
             note += " (tiny CPU run: learning not expected)"
@@ -385,13 +510,33 @@ class Check:
 
     def step_throughput(self, seconds: float) -> tuple[str, str]:
         table = self.work / "throughput.csv"
-        sizes = (["--batch", "2", "--length", "16", "--steps", "1", "--rounds", "1",
-                  "--encoders", "rope,alibi", "--compiled", "none"] if self.dry else [])
-        rc = self.run(self.child("throughput", "--device", self.device, "--csv", str(table), *sizes), seconds,
-                      "throughput.log")
+        sizes = (
+            [
+                "--batch",
+                "2",
+                "--length",
+                "16",
+                "--steps",
+                "1",
+                "--rounds",
+                "1",
+                "--encoders",
+                "rope,alibi",
+                "--compiled",
+                "none",
+            ]
+            if self.dry
+            else []
+        )
+        rc = self.run(
+            self.child("throughput", "--device", self.device, "--csv", str(table), *sizes), seconds, "throughput.log"
+        )
         rows = read_csv(table)
-        errors = [r["model"] + " " + r["mode"] for r in rows
-                  if r.get("error") and not (self.dry and r["error"] == NO_TRANSFORMERS)]
+        errors = [
+            r["model"] + " " + r["mode"]
+            for r in rows
+            if r.get("error") and not (self.dry and r["error"] == NO_TRANSFORMERS)
+        ]
         note = f"{len(rows)} rows" + (f"; errors: {', '.join(errors)}" if errors else "")
         if self.dry:
             note += "; dry run: compiled models skipped (minutes of C++ compilation on a CPU)"
@@ -405,8 +550,12 @@ class Check:
         if self.dry:
             note = "MPS skipped: a CPU has none; "
             settings = [(1, 0.0), (2, 0.0)]  # no deadline: short runs that end (a loaded CPU starts slowly)
-            runs = [" ".join([*TINY, "device=cpu", "train.steps=40", "train.check_every=0",
-                              "train.log_every=20", f"seed={i}"]) for i in range(2)]
+            runs = [
+                " ".join(
+                    [*TINY, "device=cpu", "train.steps=40", "train.check_every=0", "train.log_every=20", f"seed={i}"]
+                )
+                for i in range(2)
+            ]
         else:
             many = max(2, min(14, (os.cpu_count() or 4) - 2))  # a CPU core per process, two left over
             settings = [(1, 20.0), (many, 30.0)]
@@ -426,30 +575,59 @@ class Check:
             for jobs, deadline in settings:
                 cwd = self.work / f"parallel_{jobs}"
                 cwd.mkdir(parents=True, exist_ok=True)
-                command = [self.python, "-P", str(ROOT / "scripts" / "train_parallel.py"),
-                           "--jobs", str(jobs), "--deadline", str(deadline), "--every", "10",
-                           "--logs", str(cwd / "logs"), "--posenc", self.posenc, *runs[:jobs]]
+                command = [
+                    self.python,
+                    "-P",
+                    str(ROOT / "scripts" / "train_parallel.py"),
+                    "--jobs",
+                    str(jobs),
+                    "--deadline",
+                    str(deadline),
+                    "--every",
+                    "10",
+                    "--logs",
+                    str(cwd / "logs"),
+                    "--posenc",
+                    self.posenc,
+                    *runs[:jobs],
+                ]
                 begun = time.monotonic()
                 limit = min((deadline or 60) + 60, until - time.monotonic())
                 rc = self.run(command, limit, f"mps_{jobs}.log", cwd=cwd, env=env)
                 wall = deadline or time.monotonic() - begun
                 facts = checkpoint_facts(sorted(cwd.glob("results/**/checkpoint.pt")), self)
                 rates = [f["step"] / f["elapsed"] for f in facts if f.get("elapsed")]
-                rows.append({"jobs": jobs, "mps": daemon, "deadline_s": deadline, "exit": rc,
-                             "runs_with_checkpoint": len(facts), "steps": sum(f["step"] for f in facts),
-                             "steps_per_s": round(sum(rates), 2),
-                             "steps_per_s_per_run": round(sum(rates) / len(rates), 2) if rates else "",
-                             "wall_steps_per_s": round(sum(f["step"] for f in facts) / wall, 2)})
+                rows.append(
+                    {
+                        "jobs": jobs,
+                        "mps": daemon,
+                        "deadline_s": deadline,
+                        "exit": rc,
+                        "runs_with_checkpoint": len(facts),
+                        "steps": sum(f["step"] for f in facts),
+                        "steps_per_s": round(sum(rates), 2),
+                        "steps_per_s_per_run": round(sum(rates) / len(rates), 2) if rates else "",
+                        "wall_steps_per_s": round(sum(f["step"] for f in facts) / wall, 2),
+                    }
+                )
         finally:
             if daemon:
-                subprocess.run([shutil.which("nvidia-cuda-mps-control")], input="quit\n", text=True, env=env,
-                               timeout=20, capture_output=True, check=False)
+                subprocess.run(
+                    [shutil.which("nvidia-cuda-mps-control")],
+                    input="quit\n",
+                    text=True,
+                    env=env,
+                    timeout=20,
+                    capture_output=True,
+                    check=False,
+                )
         if len(rows) == 2 and rows[0]["steps_per_s"]:
             rows[1]["vs_one_run"] = round(rows[1]["steps_per_s"] / rows[0]["steps_per_s"], 2)
         write_csv(self.work / "mps.csv", rows)
         ok = len(rows) == len(settings) and all(r["exit"] == 0 and r["runs_with_checkpoint"] for r in rows)
-        note += "; ".join(f"{r['jobs']} at once: {r['steps_per_s']} steps/s "
-                          f"({r['runs_with_checkpoint']} runs)" for r in rows)
+        note += "; ".join(
+            f"{r['jobs']} at once: {r['steps_per_s']} steps/s ({r['runs_with_checkpoint']} runs)" for r in rows
+        )
         return ("ok" if ok else "failed"), note
 
     def step_forward(self, seconds: float) -> tuple[str, str]:
@@ -463,9 +641,24 @@ class Check:
                 notes.append(f"{length}: skipped, out of time")
                 continue
             folder = self.work / f"forward_{length}"
-            rc = self.run([self.python, "-P", str(ROOT / "scripts" / "bench.py"), "--device", self.device,
-                           "--sections", "forward", "--lengths", str(length), "--out", str(folder), *extra],
-                          allowed, f"forward_{length}.log")
+            rc = self.run(
+                [
+                    self.python,
+                    "-P",
+                    str(ROOT / "scripts" / "bench.py"),
+                    "--device",
+                    self.device,
+                    "--sections",
+                    "forward",
+                    "--lengths",
+                    str(length),
+                    "--out",
+                    str(folder),
+                    *extra,
+                ],
+                allowed,
+                f"forward_{length}.log",
+            )
             got = [r for r in read_csv(folder / "forward.csv") if str(r.get("length")) == str(length)]
             if not got:  # killed before its first row was written: the rows its log shows
                 got = forward_rows_from_log((self.logs / f"forward_{length}.log").read_text(errors="replace"))
@@ -489,25 +682,50 @@ class Check:
         """The check's plan as it ran, for machine.json: the budget, each step's group, limit, need, status
         and seconds, and the steps skipped for budget (with what they needed and what was left)."""
         group = {name: i for i, names in enumerate(GROUPS) for name in names}
-        steps = [{"step": r["step"], "group": group[r["step"]], "beside": self.beside(r["step"]),
-                  "limit_s": self.limits[r["step"]], "need_s": self.needs[r["step"]], "status": r["status"],
-                  "seconds": r["seconds"], "note": r["note"]} for r in records]
-        return {"dry_run": self.dry, "budget_s": self.budget, "reserve_s": RESERVE,
-                "seconds": round(seconds, 1), "steps": steps,
-                "skipped_for_budget": skipped_for_budget(records)}
+        steps = [
+            {
+                "step": r["step"],
+                "group": group[r["step"]],
+                "beside": self.beside(r["step"]),
+                "limit_s": self.limits[r["step"]],
+                "need_s": self.needs[r["step"]],
+                "status": r["status"],
+                "seconds": r["seconds"],
+                "note": r["note"],
+            }
+            for r in records
+        ]
+        return {
+            "dry_run": self.dry,
+            "budget_s": self.budget,
+            "reserve_s": RESERVE,
+            "seconds": round(seconds, 1),
+            "steps": steps,
+            "skipped_for_budget": skipped_for_budget(records),
+        }
 
     def finish(self) -> int:
-        records = [self.records.get(name) or {"step": name, "status": "skipped", "seconds": 0, "limit": 0,
-                                              "need": self.needs[name], "note": "not reached"}
-                   for name in STEPS]
+        records = [
+            self.records.get(name)
+            or {
+                "step": name,
+                "status": "skipped",
+                "seconds": 0,
+                "limit": 0,
+                "need": self.needs[name],
+                "note": "not reached",
+            }
+            for name in STEPS
+        ]
         write_csv(self.out / "steps.csv", records)
         for name in ("train.csv", "throughput.csv", "mps.csv", "forward.csv"):
             if (self.work / name).is_file():
                 shutil.copyfile(self.work / name, self.out / name)
         seconds = time.monotonic() - self.start
         facts = read_json(self.work / "machine.json")
-        (self.out / "machine.json").write_text(json.dumps({**facts, "check": self.plan(records, seconds)},
-                                                          indent=1) + "\n")
+        (self.out / "machine.json").write_text(
+            json.dumps({**facts, "check": self.plan(records, seconds)}, indent=1) + "\n"
+        )
         (self.out / "summary.md").write_text(summary(records, self.work, self.dry, seconds))
         with tarfile.open(self.out / "logs.tar.gz", "w:gz") as tar:
             tar.add(self.logs, arcname="logs")
@@ -517,8 +735,10 @@ class Check:
             for folder in sorted(self.work.glob("parallel_*/logs")):  # one log per run of train_parallel
                 tar.add(folder, arcname=f"logs/{folder.parent.name}")
         failed = [r["step"] for r in records if r["status"] in ("failed", "timeout")]
-        self.say(f"done in {time.monotonic() - self.start:.0f} s; results in {self.out}"
-                 + (f"; failed: {', '.join(failed)}" if failed else ""))
+        self.say(
+            f"done in {time.monotonic() - self.start:.0f} s; results in {self.out}"
+            + (f"; failed: {', '.join(failed)}" if failed else "")
+        )
         return 1 if failed else 0
 
 
@@ -552,8 +772,14 @@ FORWARD_FIRST = ["rope", "nope"]  # the references of every ratio: measured firs
 
 def forward_order(python: str, env: dict) -> list[str]:
     """Every encoder, rope and nope first, those of FORWARD_LAST last (bench measures them in this order)."""
-    names = subprocess.run([python, "-c", "from posenc.encoders import ENCODERS; print(*ENCODERS)"], env=env,
-                           capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    names = subprocess.run(
+        [python, "-c", "from posenc.encoders import ENCODERS; print(*ENCODERS)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split()
     middle = [n for n in names if n not in FORWARD_FIRST + FORWARD_LAST]
     return [n for n in FORWARD_FIRST if n in names] + middle + [n for n in FORWARD_LAST if n in names]
 
@@ -573,8 +799,15 @@ def forward_rows_from_log(text: str) -> list[dict]:
 
     rows = {}
     for name, length, seconds, first in re.findall(FORWARD_LINE, text):
-        rows[(name, length)] = {"encoder": name, "length": length, "seconds": seconds, "first_s": first,
-                                "peak_mib": "", "rise_mib": "", "source": "bench's log (stopped)"}
+        rows[(name, length)] = {
+            "encoder": name,
+            "length": length,
+            "seconds": seconds,
+            "first_s": first,
+            "peak_mib": "",
+            "rise_mib": "",
+            "source": "bench's log (stopped)",
+        }
     for name, length, peak, rise in re.findall(MEMORY_LINE, text):
         row = rows.get((name, length))
         if row is not None:
@@ -587,8 +820,15 @@ def checkpoint_facts(paths: list[Path], check: Check) -> list[dict]:
     """Each checkpoint's step, training seconds and whether its AdamW was fused (read in a child process)."""
     if not paths:
         return []
-    result = subprocess.run(check.child("checkpoint-facts", *map(str, paths)), env=check.env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        check.child("checkpoint-facts", *map(str, paths)),
+        env=check.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if result.returncode != 0:
         raise RuntimeError(f"checkpoint-facts failed: {result.stderr.strip()[-300:]}")
     return json.loads(result.stdout)
@@ -667,29 +907,43 @@ def _cell(value) -> str:
 def summary(records: list[dict], work: Path, dry: bool, seconds: float) -> str:
     facts = read_json(work / "machine.json")
     where = facts.get("device_name") or "no CUDA device"
-    lines = ["# posenc GPU check\n",
-             (f"Device: {where}; torch {facts.get('torch', '?')} (CUDA {facts.get('cuda') or '-'}), python "
-              f"{facts.get('python', '?')}; CPU {facts.get('cpu_model', '?')}, {facts.get('cpu_count', '?')} "
-              f"cores. {seconds:.0f} s in all.\n")]
+    lines = [
+        "# posenc GPU check\n",
+        (
+            f"Device: {where}; torch {facts.get('torch', '?')} (CUDA {facts.get('cuda') or '-'}), python "
+            f"{facts.get('python', '?')}; CPU {facts.get('cpu_model', '?')}, {facts.get('cpu_count', '?')} "
+            f"cores. {seconds:.0f} s in all.\n"
+        ),
+    ]
     if dry:
-        lines.append("**CPU dry run**: tiny sizes on a CPU, to show that every step runs. These numbers are "
-                     "not figures; no GPU was used.\n")
-    lines.append("Timings from different cards are never compared: every ratio below is taken within this "
-                 "call.\n")
+        lines.append(
+            "**CPU dry run**: tiny sizes on a CPU, to show that every step runs. These numbers are "
+            "not figures; no GPU was used.\n"
+        )
+    lines.append("Timings from different cards are never compared: every ratio below is taken within this call.\n")
     lines += ["## Steps\n", _markdown(records, ["step", "status", "seconds", "limit", "need", "note"])]
     short = skipped_for_budget(records)
     lines.append(f"Skipped for budget: {', '.join(short) if short else 'none'} (machine.json: check).\n")
-    sections = [("Default run killed and resumed (train.csv)", "train.csv", None),
-                ("Training throughput (throughput.csv; ratios within a mode)", "throughput.csv",
-                 ["model", "mode", "tokens_per_s", "vs_llama", "vs_rope", "call_s", "error"]),
-                ("Many runs per GPU (mps.csv)", "mps.csv", None),
-                ("Forward pass, batch 1 (forward.csv)", "forward.csv",
-                 ["encoder", "length", "seconds", "first_s", "peak_mib", "time_vs_rope", "peak_vs_rope",
-                  "error"])]
+    sections = [
+        ("Default run killed and resumed (train.csv)", "train.csv", None),
+        (
+            "Training throughput (throughput.csv; ratios within a mode)",
+            "throughput.csv",
+            ["model", "mode", "tokens_per_s", "vs_llama", "vs_rope", "call_s", "error"],
+        ),
+        ("Many runs per GPU (mps.csv)", "mps.csv", None),
+        (
+            "Forward pass, batch 1 (forward.csv)",
+            "forward.csv",
+            ["encoder", "length", "seconds", "first_s", "peak_mib", "time_vs_rope", "peak_vs_rope", "error"],
+        ),
+    ]
     for title, name, columns in sections:
         rows = read_csv(work / name)
-        lines += [f"## {title}\n", _markdown(rows, columns if rows and columns and
-                                             all(c in rows[0] for c in columns) else None)]
+        lines += [
+            f"## {title}\n",
+            _markdown(rows, columns if rows and columns and all(c in rows[0] for c in columns) else None),
+        ]
     return "\n".join(lines)
 
 
@@ -706,13 +960,15 @@ def facts_main(argv: list[str]) -> int:
     # posenc's needs that the device lacks (carried in the wheelhouse), and conf/ inside the installed package
     import hydra  # noqa: F401
     import omegaconf  # noqa: F401
-    import posenc.conf
     import torch
 
     import posenc
+    import posenc.conf
 
-    print(f"posenc from {Path(posenc.__file__).parent}; torch {torch.__version__}; "
-          f"CUDA available: {torch.cuda.is_available()}")
+    print(
+        f"posenc from {Path(posenc.__file__).parent}; torch {torch.__version__}; "
+        f"CUDA available: {torch.cuda.is_available()}"
+    )
     if args.only_imports:
         return 0
 
@@ -726,21 +982,31 @@ def facts_main(argv: list[str]) -> int:
         cpu = _load_script("bench").cpu_model()
     except Exception:  # noqa: BLE001  a fact missing is not a failed machine step
         cpu = platform.processor() or platform.machine()
-    facts = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-             "cuda_available": torch.cuda.is_available(), "cpu_model": cpu, "cpu_count": os.cpu_count(),
-             "triton": version("triton"), "transformers": version("transformers"),
-             "pytest": version("pytest"),
-             "xdist": importlib.util.find_spec("xdist") is not None,
-             "pytest_timeout": importlib.util.find_spec("pytest_timeout") is not None,
-             "posenc_from": str(Path(posenc.__file__).parent),
-             "mps_control": shutil.which("nvidia-cuda-mps-control")}
+    facts = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "cpu_model": cpu,
+        "cpu_count": os.cpu_count(),
+        "triton": version("triton"),
+        "transformers": version("transformers"),
+        "pytest": version("pytest"),
+        "xdist": importlib.util.find_spec("xdist") is not None,
+        "pytest_timeout": importlib.util.find_spec("pytest_timeout") is not None,
+        "posenc_from": str(Path(posenc.__file__).parent),
+        "mps_control": shutil.which("nvidia-cuda-mps-control"),
+    }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        facts.update(device_name=props.name,
-                     capability=".".join(map(str, torch.cuda.get_device_capability(0))),
-                     memory_gib=round(props.total_memory / 2**30, 1),
-                     multiprocessors=props.multi_processor_count, device_count=torch.cuda.device_count(),
-                     bf16=torch.cuda.is_bf16_supported())
+        facts.update(
+            device_name=props.name,
+            capability=".".join(map(str, torch.cuda.get_device_capability(0))),
+            memory_gib=round(props.total_memory / 2**30, 1),
+            multiprocessors=props.multi_processor_count,
+            device_count=torch.cuda.device_count(),
+            bf16=torch.cuda.is_bf16_supported(),
+        )
     print(json.dumps(facts, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(facts, indent=1) + "\n")
@@ -754,8 +1020,15 @@ def checkpoint_facts_main(argv: list[str]) -> int:
     for path in argv:
         state = torch.load(path, map_location="cpu", weights_only=True)
         groups = state.get("optimizer", {}).get("param_groups", [{}])
-        out.append({"path": path, "step": state["step"], "elapsed": state.get("elapsed"),
-                    "learned_at": state.get("learned_at"), "fused": groups[0].get("fused")})
+        out.append(
+            {
+                "path": path,
+                "step": state["step"],
+                "elapsed": state.get("elapsed"),
+                "learned_at": state.get("learned_at"),
+                "fused": groups[0].get("fused"),
+            }
+        )
     print(json.dumps(out))
     return 0
 
@@ -786,8 +1059,7 @@ def throughput_main(argv: list[str]) -> int:
     bench = _load_script("bench")
     from posenc.encoders import ENCODERS
 
-    for key in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
-                "accumulated_recompile_limit"):
+    for key in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
         if hasattr(torch._dynamo.config, key):  # one compiled forward per model: none may fall back to eager
             setattr(torch._dynamo.config, key, max(256, getattr(torch._dynamo.config, key)))
     device = torch.device(args.device)
@@ -796,8 +1068,9 @@ def throughput_main(argv: list[str]) -> int:
     encoders = list(ENCODERS) if args.encoders == "all" else args.encoders.split(",")
     names = (["llama"] if importlib.util.find_spec("transformers") else []) + encoders
     compiled = {"all": names, "none": []}.get(args.compiled, args.compiled.split(","))
-    compiled = [n for n in COMPILED_FIRST if n in compiled and n in names] + \
-               [n for n in names if n in compiled and n not in COMPILED_FIRST]
+    compiled = [n for n in COMPILED_FIRST if n in compiled and n in names] + [
+        n for n in names if n in compiled and n not in COMPILED_FIRST
+    ]
     rows: dict[tuple[str, str], dict] = {}
     if "llama" not in names:
         rows[("llama", "eager")] = {"model": "llama", "mode": "eager", "error": NO_TRANSFORMERS}
@@ -811,8 +1084,9 @@ def throughput_main(argv: list[str]) -> int:
         row = rows.setdefault((name, mode), {"model": name, "mode": mode, "rates": []})
         begun = time.perf_counter()
         try:
-            rate = bench.training_tokens_per_s(model, device, autocast, args.batch, args.length, args.steps,
-                                               compiled=mode == "compiled", fused=fused)
+            rate = bench.training_tokens_per_s(
+                model, device, autocast, args.batch, args.length, args.steps, compiled=mode == "compiled", fused=fused
+            )
             row["rates"].append(rate)
             print(f"{name} {mode}: {rate:,.0f} tokens/s", flush=True)
         except Exception as err:  # noqa: BLE001  one model's failure (a compile error) is a row, not the end
@@ -842,9 +1116,16 @@ def _write_throughput(path: str, rows: dict) -> None:
     table = []
     for (name, mode), row in rows.items():
         rates = row.get("rates") or []
-        table.append({"model": name, "mode": mode,
-                      "tokens_per_s": round(statistics.median(rates)) if rates else "",
-                      "rounds": len(rates), "call_s": row.get("call_s", ""), "error": row.get("error", "")})
+        table.append(
+            {
+                "model": name,
+                "mode": mode,
+                "tokens_per_s": round(statistics.median(rates)) if rates else "",
+                "rounds": len(rates),
+                "call_s": row.get("call_s", ""),
+                "error": row.get("error", ""),
+            }
+        )
     for row in table:
         for column, reference in (("vs_llama", "llama"), ("vs_rope", "rope")):
             ref = next((r for r in table if r["model"] == reference and r["mode"] == row["mode"]), None)
@@ -870,15 +1151,27 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in SUBCOMMANDS:
         return SUBCOMMANDS[argv[0]](argv[1:])
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", default=os.environ.get("OUT"), help="where the results go (device: $OUT)")
-    parser.add_argument("--dry-run", action="store_true", help="the CPU dry run (also DRY_RUN=1)",
-                        default=os.environ.get("DRY_RUN", "") not in ("", "0"))
-    parser.add_argument("--budget", type=float, default=float(os.environ.get("GPU_CHECK_BUDGET", BUDGET)),
-                        help=f"seconds for the whole check (default {BUDGET})")
-    parser.add_argument("--steps", default=os.environ.get("GPU_CHECK_STEPS", ",".join(STEPS)),
-                        help="comma-separated steps to run (setup and machine always run)")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="the CPU dry run (also DRY_RUN=1)",
+        default=os.environ.get("DRY_RUN", "") not in ("", "0"),
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=float(os.environ.get("GPU_CHECK_BUDGET", BUDGET)),
+        help=f"seconds for the whole check (default {BUDGET})",
+    )
+    parser.add_argument(
+        "--steps",
+        default=os.environ.get("GPU_CHECK_STEPS", ",".join(STEPS)),
+        help="comma-separated steps to run (setup and machine always run)",
+    )
     parser.add_argument("--wheels", default=WHEELS, help="the carried wheelhouse, relative to the repository")
     parser.add_argument("--work", help="scratch folder (default: a new temporary one)")
     args = parser.parse_args(argv)
@@ -891,8 +1184,10 @@ def main(argv: list[str] | None = None) -> int:
     args.steps += ALWAYS  # nothing runs without them
     check = Check(args)
     chosen = ", ".join(s for s in STEPS if s in args.steps)
-    check.say(f"{'CPU dry run' if check.dry else 'GPU check'}: steps {chosen}; budget {args.budget:.0f} s; "
-              f"work in {check.work}; results to {check.out}")
+    check.say(
+        f"{'CPU dry run' if check.dry else 'GPU check'}: steps {chosen}; budget {args.budget:.0f} s; "
+        f"work in {check.work}; results to {check.out}"
+    )
     try:
         check.run_plan()
     finally:

@@ -44,18 +44,24 @@ def per_seed(table: pd.DataFrame) -> pd.DataFrame:
         by_length = runs.groupby("eval_length")["exact_match"].mean()
         test = [by_length[n] for n in TEST if n in by_length]
         beyond = [by_length[n] for n in BEYOND if n in by_length]
-        rows.append({
-            "task": task, "encoder": encoder, "seed": int(seed),
-            "learned": bool(runs["learned"].iloc[0]), "steps_to_learn": runs["steps_to_learn"].iloc[0],
-            "train_exact_match": by_length.get(TRAIN_LENGTH, math.nan),
-            "test_exact_match": sum(test) / len(test) if len(test) == len(TEST) else math.nan,
-            "beyond_exact_match": sum(beyond) / len(beyond) if len(beyond) == len(BEYOND) else math.nan,
-        })
+        rows.append(
+            {
+                "task": task,
+                "encoder": encoder,
+                "seed": int(seed),
+                "learned": bool(runs["learned"].iloc[0]),
+                "steps_to_learn": runs["steps_to_learn"].iloc[0],
+                "train_exact_match": by_length.get(TRAIN_LENGTH, math.nan),
+                "test_exact_match": sum(test) / len(test) if len(test) == len(TEST) else math.nan,
+                "beyond_exact_match": sum(beyond) / len(beyond) if len(beyond) == len(BEYOND) else math.nan,
+            }
+        )
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    out["encoder"] = pd.Categorical(out["encoder"], [e for e in ENCODERS if e in set(out["encoder"])]
-                                    + sorted(set(out["encoder"]) - set(ENCODERS)))
+    out["encoder"] = pd.Categorical(
+        out["encoder"], [e for e in ENCODERS if e in set(out["encoder"])] + sorted(set(out["encoder"]) - set(ENCODERS))
+    )
     return out.sort_values(["task", "encoder", "seed"]).reset_index(drop=True)
 
 
@@ -64,32 +70,54 @@ def distribution(seeds: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (task, encoder), group in seeds.groupby(["task", "encoder"], observed=True):
         test = group["test_exact_match"].dropna()
-        rows.append({
-            "task": task, "encoder": encoder, "seeds": len(group), "learned": int(group["learned"].sum()),
-            "mean": test.mean(), "sd": test.std(ddof=1) if len(test) > 1 else math.nan, "median": test.median(),
-            "min": test.min(), "max": test.max(),
-            f"share>={GENERALIZES}": (test >= GENERALIZES).mean() if len(test) else math.nan,
-            f"share>={FULLY}": (test >= FULLY).mean() if len(test) else math.nan,
-            "beyond_mean": group["beyond_exact_match"].mean(),
-        })
+        rows.append(
+            {
+                "task": task,
+                "encoder": encoder,
+                "seeds": len(group),
+                "learned": int(group["learned"].sum()),
+                "mean": test.mean(),
+                "sd": test.std(ddof=1) if len(test) > 1 else math.nan,
+                "median": test.median(),
+                "min": test.min(),
+                "max": test.max(),
+                f"share>={GENERALIZES}": (test >= GENERALIZES).mean() if len(test) else math.nan,
+                f"share>={FULLY}": (test >= FULLY).mean() if len(test) else math.nan,
+                "beyond_mean": group["beyond_exact_match"].mean(),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def paired(mastery: pd.DataFrame, schedule: pd.DataFrame) -> pd.DataFrame:
     """Schedule minus mastery on the test range, paired by seed, per task and encoder."""
     keys = ["task", "encoder", "seed"]
-    both = mastery[keys + ["test_exact_match"]].merge(schedule[keys + ["test_exact_match"]], on=keys,
-                                                      suffixes=("_mastery", "_schedule")).dropna()
+    both = (
+        mastery[keys + ["test_exact_match"]]
+        .merge(schedule[keys + ["test_exact_match"]], on=keys, suffixes=("_mastery", "_schedule"))
+        .dropna()
+    )
     both["difference"] = both["test_exact_match_schedule"] - both["test_exact_match_mastery"]
     rows = []
     for (task, encoder), group in both.groupby(["task", "encoder"], observed=True):
         d = group["difference"]
         n = len(d)
         half = t_quantile(n - 1) * d.std(ddof=1) / math.sqrt(n) if n > 1 else math.nan
-        rows.append({"task": task, "encoder": encoder, "seeds": n, "mastery": group["test_exact_match_mastery"].mean(),
-                     "schedule": group["test_exact_match_schedule"].mean(), "difference": d.mean(),
-                     "low": d.mean() - half, "high": d.mean() + half,
-                     "rose": int((d > 0).sum()), "fell": int((d < 0).sum()), "tied": int((d == 0).sum())})
+        rows.append(
+            {
+                "task": task,
+                "encoder": encoder,
+                "seeds": n,
+                "mastery": group["test_exact_match_mastery"].mean(),
+                "schedule": group["test_exact_match_schedule"].mean(),
+                "difference": d.mean(),
+                "low": d.mean() - half,
+                "high": d.mean() + half,
+                "rose": int((d > 0).sum()),
+                "fell": int((d < 0).sum()),
+                "tied": int((d == 0).sum()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -148,7 +176,8 @@ def main() -> None:
             f"# Exact match over 21-40 symbols across seeds, arm {arm}\n\n"
             f"Per seed: the mean over lengths {TEST[0]}, {TEST[1]}, ..., {TEST[-1]} (one per symbol count); "
             f"share>=x: the share of seeds at or above x; beyond_mean: 60 and 80 symbols. Source: "
-            f"extrapolation.csv here; scripts/kazemnejad_seeds.py.\n\n" + markdown(spread))
+            f"extrapolation.csv here; scripts/kazemnejad_seeds.py.\n\n" + markdown(spread)
+        )
         figure(seeds, args.root / arm / "seeds", f"Kazemnejad matched, arm {arm}: every seed")
         print(f"wrote {args.root / arm}/seeds.csv, seeds.md, distribution.md, seeds.png/svg")
     if len(found) == 2:
@@ -157,7 +186,8 @@ def main() -> None:
             "# The stopping rule, paired by seed\n\nSchedule (the whole 10000-step schedule) minus mastery "
             "(stopped at held-out exact match >= 0.99), exact match over 21-40 symbols, over the seeds both "
             "arms have; low/high: Student-t 95% interval of the mean difference. Source: "
-            "scripts/kazemnejad_seeds.py.\n\n" + markdown(pairs))
+            "scripts/kazemnejad_seeds.py.\n\n" + markdown(pairs)
+        )
         print(f"wrote {args.root}/stopping_rule.md")
 
 

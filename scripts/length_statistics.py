@@ -37,8 +37,7 @@ def source_distances(task, length: int, generator: torch.Generator) -> list[int]
     tokens, answer = task.sequences(SAMPLES, length, generator)  # [b, length + 1] each
     distances = []
     for position in answer[0].nonzero().squeeze(1).tolist():
-        found = [d for d in range(1, position + 1)
-                 if bool((tokens[:, position - d] == tokens[:, position]).all())]
+        found = [d for d in range(1, position + 1) if bool((tokens[:, position - d] == tokens[:, position]).all())]
         if len(found) != 1:
             raise SystemExit(f"{task.key} at {length}: answer position {position} has sources {found}")
         distances.append(found[0])
@@ -71,8 +70,9 @@ def learned_rows(folder: Path, high: int) -> pd.DataFrame:
     runs = pd.read_parquet(folder / "extrapolation.parquet", columns=["run_id", "encoder", "task"])
     rows = positions.merge(runs.drop_duplicates("run_id"), on="run_id")
     rows = rows[(rows["encoder"] == "learned") & (rows["eval_length"] == high) & (rows["scaling"] == "none")]
-    rows = rows.assign(rows=(rows["position"] >= high * 3 // 4).map({False: f"< {high * 3 // 4}",
-                                                                       True: f">= {high * 3 // 4}"}))
+    rows = rows.assign(
+        rows=(rows["position"] >= high * 3 // 4).map({False: f"< {high * 3 // 4}", True: f">= {high * 3 // 4}"})
+    )
     out = rows.groupby(["task", "rows"])[["correct", "total"]].sum().reset_index()
     return out.assign(accuracy=(out["correct"] / out["total"]).round(4))
 
@@ -82,22 +82,31 @@ def main() -> None:
     parser.add_argument("--tasks", default="copy,reverse")
     parser.add_argument("--low", type=int, default=9, help="shortest training length")
     parser.add_argument("--high", type=int, default=32, help="longest training length L")
-    parser.add_argument("--lengths", default="9,16,24,32,36,40,48,56,64,128",
-                        help="lengths to describe")
+    parser.add_argument("--lengths", default="9,16,24,32,36,40,48,56,64,128", help="lengths to describe")
     parser.add_argument("--out", type=Path, default=None, help="also write this Markdown file")
-    parser.add_argument("--positions", type=Path, default=None,
-                        help="a comparison folder: the learned table's accuracy by position at L")
+    parser.add_argument(
+        "--positions",
+        type=Path,
+        default=None,
+        help="a comparison folder: the learned table's accuracy by position at L",
+    )
     args = parser.parse_args()
     lengths = [int(n) for n in args.lengths.split(",")]
     frames = [table(name, args.low, args.high, lengths) for name in args.tasks.split(",")]
     result = pd.concat(frames, ignore_index=True)
-    text = (f"Training lengths drawn per sequence from [{args.low}, {args.high}]; measured by "
-            f"`python scripts/length_statistics.py --low {args.low} --high {args.high}`.\n\n"
-            + result.to_markdown(index=False) + "\n")
+    text = (
+        f"Training lengths drawn per sequence from [{args.low}, {args.high}]; measured by "
+        f"`python scripts/length_statistics.py --low {args.low} --high {args.high}`.\n\n"
+        + result.to_markdown(index=False)
+        + "\n"
+    )
     if args.positions is not None:
-        text += (f"\nThe learned position table at L = {args.high}, answer-token accuracy by position ({args.positions}"
-                 "/positions.parquet, every seed and sequence pooled):\n\n"
-                 + learned_rows(args.positions, args.high).to_markdown(index=False) + "\n")
+        text += (
+            f"\nThe learned position table at L = {args.high}, answer-token accuracy by position ({args.positions}"
+            "/positions.parquet, every seed and sequence pooled):\n\n"
+            + learned_rows(args.positions, args.high).to_markdown(index=False)
+            + "\n"
+        )
     print(text)
     if args.out is not None:
         atomic_write_text(args.out, text)

@@ -59,8 +59,16 @@ def _value(value) -> str:
 def registry_table(group: str) -> str:
     """A Markdown table of a registry: key, its one-line description, its options with their defaults."""
     rows = [f"| `{key}` | {text.replace('|', '&#124;')} | {_options(group, key)} |" for key, text in _registry(group)]
-    return "\n".join(["| key | description (`posenc " + group + "s`) | options (defaults: `conf/" + group
-                      + "/<key>.yaml`) |", "|---|---|---|", *rows]) + "\n"
+    return (
+        "\n".join(
+            [
+                "| key | description (`posenc " + group + "s`) | options (defaults: `conf/" + group + "/<key>.yaml`) |",
+                "|---|---|---|",
+                *rows,
+            ]
+        )
+        + "\n"
+    )
 
 
 def readme_encoder_list() -> str:
@@ -74,8 +82,12 @@ def on_files(files, config):
 
     for folder, suffixes in CARRIED.items():
         for path in sorted((ROOT / folder).rglob("*")):
-            if (path.is_file() and path.suffix in suffixes and path.name not in LEFT_OUT
-                    and not any(p.startswith(".") for p in path.relative_to(ROOT).parts)):
+            if (
+                path.is_file()
+                and path.suffix in suffixes
+                and path.name not in LEFT_OUT
+                and not any(p.startswith(".") for p in path.relative_to(ROOT).parts)
+            ):
                 uri = path.relative_to(ROOT).as_posix()
                 if files.get_file_from_path(uri) is None:
                     files.append(File.generated(config, uri, abs_src_path=str(path)))

@@ -4,7 +4,8 @@ Every comparison folder holds ``training.parquet`` (per run: steps trained, ``tr
 ``extrapolation.parquet`` (per run and length: the evaluation's ``seconds``, measured where it ran, the CPU for
 every committed table). Training time on the CPU is read as it was measured where the run trained on a CPU;
 for runs trained on a GPU it is *projected*: the run's steps times the CPU seconds per step that CPU-trained
-runs of the same encoder, encoder options and model shape (d_model, layers, batch, training length) recorded in any of the
+runs of the same encoder, encoder options and model shape (d_model, layers, batch, training length) recorded in any of
+the
 folders given (each projected row says which rate it borrowed; a shape no CPU run had is left out and said so).
 With ``--measure-steps N``, a shape no CPU run had is timed here instead: one of its runs' configs trains N steps
 on this CPU (one thread, no checks) and its seconds per step is the rate. Sweeps run two single-thread jobs at a
@@ -46,8 +47,10 @@ def _shape(config: str | None) -> str:
     c = json.loads(config)
     model, train, task = c.get("model", {}), c.get("train", {}), c.get("task", {})
     options = ",".join(f"{k}={v}" for k, v in sorted(c.get("encoder", {}).items()) if k != "name")
-    return (f"d{model.get('d_model')} x{model.get('n_layers')} b{train.get('batch_size')} "
-            f"L{task.get('length')} {model.get('mixer', 'attention')} {options}").strip()
+    return (
+        f"d{model.get('d_model')} x{model.get('n_layers')} b{train.get('batch_size')} "
+        f"L{task.get('length')} {model.get('mixer', 'attention')} {options}"
+    ).strip()
 
 
 def cpu_rates(runs: pd.DataFrame) -> pd.Series:
@@ -74,8 +77,15 @@ def measured_rates(runs: pd.DataFrame, configs: dict[str, str], steps: int) -> p
             continue
         cfg = json.loads(configs[part["run"].iloc[0]])
         cfg.update(device="cpu", progress=False, resume=False)
-        cfg["train"] = {**cfg["train"], "steps": steps, "check_every": 0, "checkpoint_every": 0,
-                        "compile": False, "precision": "fp32", "eval_sequences": 8}
+        cfg["train"] = {
+            **cfg["train"],
+            "steps": steps,
+            "check_every": 0,
+            "checkpoint_every": 0,
+            "compile": False,
+            "precision": "fp32",
+            "eval_sequences": 8,
+        }
         with tempfile.TemporaryDirectory() as tmp:
             metrics = train(run_config_from_dict(cfg), Path(tmp), cfg)
         rates[(encoder, shape)] = metrics["train_seconds"] / steps
@@ -96,9 +106,16 @@ def training_hours(runs: pd.DataFrame, measured: pd.Series | None = None) -> pd.
         known = [k in rate.index for k in keys]
         projected = sum(steps * rate[k] for steps, k, ok in zip(other["steps"], keys, known) if ok)
         missing = sorted({f"{e} ({s})" for (e, s), ok in zip(keys, known) if not ok})
-        rows.append({"experiment": experiment, "runs": len(part), "cpu_runs": len(part) - len(other),
-                     "train_h_measured": measured / 3600, "train_h_projected": projected / 3600,
-                     "not_projected": ", ".join(missing) or "-"})
+        rows.append(
+            {
+                "experiment": experiment,
+                "runs": len(part),
+                "cpu_runs": len(part) - len(other),
+                "train_h_measured": measured / 3600,
+                "train_h_projected": projected / 3600,
+                "not_projected": ", ".join(missing) or "-",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -107,40 +124,56 @@ def evaluation_hours(folder: Path) -> dict:
     table = pd.read_parquet(folder / "extrapolation.parquet", columns=["eval_length", "seconds"])
     by_length = table.groupby("eval_length")["seconds"].sum()
     longest = by_length.sort_index().tail(2)
-    return {"experiment": folder.name, "eval_h": by_length.sum() / 3600,
-            "eval_share_two_longest": longest.sum() / by_length.sum() if by_length.sum() else float("nan"),
-            "two_longest": ",".join(str(int(n)) for n in longest.index)}
+    return {
+        "experiment": folder.name,
+        "eval_h": by_length.sum() / 3600,
+        "eval_share_two_longest": longest.sum() / by_length.sum() if by_length.sum() else float("nan"),
+        "two_longest": ",".join(str(int(n)) for n in longest.index),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="also write this Markdown file")
-    parser.add_argument("--measure-steps", type=int, default=0,
-                        help="time shapes no CPU run had by training this many steps here (0: leave them out)")
+    parser.add_argument(
+        "--measure-steps",
+        type=int,
+        default=0,
+        help="time shapes no CPU run had by training this many steps here (0: leave them out)",
+    )
     args = parser.parse_args()
     folders = [f for f in args.folders if (f / "extrapolation.parquet").is_file()]
     runs = pd.concat([r for f in folders if (r := runs_of(f)) is not None], ignore_index=True)
     measured = None
     if args.measure_steps > 0:
-        configs = {run: c for f in folders for run, c in pd.read_parquet(
-            f / "extrapolation.parquet", columns=["run", "config"]).drop_duplicates("run").itertuples(index=False)}
+        configs = {
+            run: c
+            for f in folders
+            for run, c in pd.read_parquet(f / "extrapolation.parquet", columns=["run", "config"])
+            .drop_duplicates("run")
+            .itertuples(index=False)
+        }
         measured = measured_rates(runs, configs, args.measure_steps)
     evaluation = pd.DataFrame([evaluation_hours(f) for f in folders])
     table = training_hours(runs, measured).merge(evaluation, on="experiment", how="outer")
-    table["wall_h_on_2_jobs"] = (table[["train_h_measured", "train_h_projected", "eval_h"]].fillna(0).sum(axis=1)
-                                 / JOBS)
+    table["wall_h_on_2_jobs"] = table[["train_h_measured", "train_h_projected", "eval_h"]].fillna(0).sum(axis=1) / JOBS
     total = table[["train_h_measured", "train_h_projected", "eval_h", "wall_h_on_2_jobs"]].sum()
-    text = ("Job hours on this machine's CPU (one thread per job), from the committed tables "
-            "(`python scripts/regeneration_time.py " + " ".join(str(f) for f in args.folders)
-            + (f" --measure-steps {args.measure_steps}" if args.measure_steps else "") + "`); "
-            "train_h_projected: GPU-trained runs at the CPU seconds per step of CPU-trained runs of the same "
-            "encoder and shape" + (f" (or, for a shape no CPU run had, of {args.measure_steps} steps timed here)"
-                                   if args.measure_steps else "") + "; wall time: two jobs at a time.\n\n"
-            + table.round(2).to_markdown(index=False)
-            + f"\n\nIn all: {total['train_h_measured']:.1f} h measured and {total['train_h_projected']:.1f} h "
-              f"projected training, {total['eval_h']:.1f} h evaluation: about {total['wall_h_on_2_jobs']:.1f} "
-              "hours of wall time on 2 cores.\n")
+    text = (
+        "Job hours on this machine's CPU (one thread per job), from the committed tables "
+        "(`python scripts/regeneration_time.py "
+        + " ".join(str(f) for f in args.folders)
+        + (f" --measure-steps {args.measure_steps}" if args.measure_steps else "")
+        + "`); "
+        "train_h_projected: GPU-trained runs at the CPU seconds per step of CPU-trained runs of the same "
+        "encoder and shape"
+        + (f" (or, for a shape no CPU run had, of {args.measure_steps} steps timed here)" if args.measure_steps else "")
+        + "; wall time: two jobs at a time.\n\n"
+        + table.round(2).to_markdown(index=False)
+        + f"\n\nIn all: {total['train_h_measured']:.1f} h measured and {total['train_h_projected']:.1f} h "
+        f"projected training, {total['eval_h']:.1f} h evaluation: about {total['wall_h_on_2_jobs']:.1f} "
+        "hours of wall time on 2 cores.\n"
+    )
     print(text)
     if args.out is not None:
         atomic_write_text(args.out, text)

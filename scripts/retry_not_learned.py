@@ -14,10 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from posenc.errors import PosencError
 from posenc.analysis.run_folder import run_config
-from posenc.running.runs import find_runs
 from posenc.analysis.selection import missed_configurations
+from posenc.errors import PosencError
+from posenc.running.runs import find_runs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,21 +69,35 @@ def throughput(logs: Path, seconds: dict[int, float], wall: float) -> dict:
     runs = []
     for i, ran in sorted(seconds.items()):
         steps = steps_trained((logs / f"{i:03d}.log").read_text(errors="replace"))
-        runs.append({"run": i, "steps": steps, "seconds": round(ran, 1),
-                     "steps_per_s": round(steps / ran, 2) if ran > 0 else None})
+        runs.append(
+            {
+                "run": i,
+                "steps": steps,
+                "seconds": round(ran, 1),
+                "steps_per_s": round(steps / ran, 2) if ran > 0 else None,
+            }
+        )
     rates = [r["steps_per_s"] for r in runs if r["steps_per_s"] is not None]
     total = sum(r["steps"] for r in runs)
-    return {"runs": len(runs), "wall_s": round(wall, 1), "steps": total,
-            "steps_per_s": round(total / wall, 2) if wall > 0 else None,
-            "steps_per_s_per_run": round(sum(rates) / len(rates), 2) if rates else None, "per_run": runs}
+    return {
+        "runs": len(runs),
+        "wall_s": round(wall, 1),
+        "steps": total,
+        "steps_per_s": round(total / wall, 2) if wall > 0 else None,
+        "steps_per_s_per_run": round(sum(rates) / len(rates), 2) if rates else None,
+        "per_run": runs,
+    }
 
 
 def report_throughput(logs: Path, seconds: dict[int, float], wall: float) -> None:
     report = throughput(logs, seconds, wall)
     (logs / "throughput.json").write_text(json.dumps(report, indent=1) + "\n")
-    print(f"throughput: {report['steps']} steps in {report['wall_s']:.0f} s: {report['steps_per_s']} steps/s "
-          f"in all, {report['steps_per_s_per_run']} steps/s per run ({report['runs']} runs; "
-          f"{logs}/throughput.json)", flush=True)
+    print(
+        f"throughput: {report['steps']} steps in {report['wall_s']:.0f} s: {report['steps_per_s']} steps/s "
+        f"in all, {report['steps_per_s_per_run']} steps/s per run ({report['runs']} runs; "
+        f"{logs}/throughput.json)",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,8 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="*", help="one run's overrides, quoted")
     parser.add_argument("--from", dest="runs_file", help="a file with one run's overrides per line")
     parser.add_argument("--jobs", type=int, default=2, help="processes at once")
-    parser.add_argument("--deadline", type=float, default=0, help="seconds; then every unfinished run is stopped "
-                        "(it saves a checkpoint and resumes next time); 0: none")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=0,
+        help="seconds; then every unfinished run is stopped (it saves a checkpoint and resumes next time); 0: none",
+    )
     parser.add_argument("--every", type=float, default=30, help="seconds between progress lines")
     parser.add_argument("--logs", default="train_parallel_logs", help="folder for one log per run")
     parser.add_argument("--posenc", default=shutil.which("posenc") or "posenc", help="the posenc executable")
@@ -116,8 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.monotonic() - start
         if args.deadline and elapsed > args.deadline and not stopping:
             stopping = True
-            print(f"deadline {args.deadline:.0f} s: stopping {len(running)} runs, {len(waiting)} never started",
-                  flush=True)
+            print(
+                f"deadline {args.deadline:.0f} s: stopping {len(running)} runs, {len(waiting)} never started",
+                flush=True,
+            )
             for proc in running.values():
                 proc.send_signal(signal.SIGTERM)
             waiting = []
@@ -126,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
             with open(logs / f"{i:03d}.log", "w") as log:
                 log.write(" ".join(command(args.posenc, overrides)) + "\n")
                 log.flush()
-                running[i] = subprocess.Popen(command(args.posenc, overrides), stdout=log,
-                                              stderr=subprocess.STDOUT, env=env)
+                running[i] = subprocess.Popen(
+                    command(args.posenc, overrides), stdout=log, stderr=subprocess.STDOUT, env=env
+                )
                 began[i] = time.monotonic()
         for i, proc in list(running.items()):
             if proc.poll() is not None:
@@ -137,9 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         if elapsed - last >= args.every or not (waiting or running):
             last = elapsed
             failed = [i for i, c in codes.items() if c not in (0, 143, -15)]
-            print(f"{elapsed:6.0f} s  running {len(running)}  finished {sum(c == 0 for c in codes.values())}  "
-                  f"stopped {sum(c in (143, -15) for c in codes.values())}  failed {len(failed)}  "
-                  f"waiting {len(waiting)}", flush=True)
+            print(
+                f"{elapsed:6.0f} s  running {len(running)}  finished {sum(c == 0 for c in codes.values())}  "
+                f"stopped {sum(c in (143, -15) for c in codes.values())}  failed {len(failed)}  "
+                f"waiting {len(waiting)}",
+                flush=True,
+            )
         time.sleep(0.5)
     report_throughput(logs, seconds, time.monotonic() - start)
     failed = sorted(i for i, c in codes.items() if c not in (0, 143, -15))

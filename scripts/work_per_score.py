@@ -40,10 +40,13 @@ SOFTMAX_BACKWARD = 3  # dS = P (dP - rowsum(dO * O)): subtract, multiply, the ro
 
 
 # The kernel row of bench_bounds behind each target's "PyTorch's kernels allow" (the headline: its step section)
-KERNEL_OF = {("forward", "pope"): "fused SDPA, width 64 (pope)",
-             ("forward", "fire"): "FlexAttention, FIRE with a straight MLP (fire)",
-             ("forward", "fire_outside"): "fused SDPA + a bias computed outside, for free (fire)",
-             ("training", "cope"): "cope_attention (cope)", ("training", "pope"): "fused SDPA, width 64 (pope)"}
+KERNEL_OF = {
+    ("forward", "pope"): "fused SDPA, width 64 (pope)",
+    ("forward", "fire"): "FlexAttention, FIRE with a straight MLP (fire)",
+    ("forward", "fire_outside"): "fused SDPA + a bias computed outside, for free (fire)",
+    ("training", "cope"): "cope_attention (cope)",
+    ("training", "pope"): "fused SDPA, width 64 (pope)",
+}
 ROPE_KERNEL = "fused SDPA, width 32 (rope)"
 
 
@@ -99,8 +102,9 @@ def training_work(encoder: str, head_dim: int) -> Work:
     return works[encoder]
 
 
-def headline_ops_per_token(d_model: int, d_mlp: int, n_layers: int, n_heads: int, length: int, vocab: int,
-                           params: int, tokens_per_step: int) -> float:
+def headline_ops_per_token(
+    d_model: int, d_mlp: int, n_layers: int, n_heads: int, length: int, vocab: int, params: int, tokens_per_step: int
+) -> float:
     """Vector operations per token of one training step of the headline's model (forward and backward) outside its
     matmuls: exact GELU (erf and a product forward; erf, exp and a few products backward), two layer norms per
     layer and a final one (about 6 operations per element forward, 10 backward), softmax per score (causal: on
@@ -108,8 +112,13 @@ def headline_ops_per_token(d_model: int, d_mlp: int, n_layers: int, n_heads: int
     adds, the loss's softmax over the vocabulary and AdamW's update (12 per parameter, per step)."""
     gelu = (ERF + 4) + (ERF + EXP + 6)
     norm = 16 * d_model
-    per_layer = (gelu * d_mlp + 2 * norm + (SOFTMAX + SOFTMAX_BACKWARD) * n_heads * (length + 1) / 2
-                 + 6 * 2 * d_model + 4 * d_model)
+    per_layer = (
+        gelu * d_mlp
+        + 2 * norm
+        + (SOFTMAX + SOFTMAX_BACKWARD) * n_heads * (length + 1) / 2
+        + 6 * 2 * d_model
+        + 4 * d_model
+    )
     return n_layers * per_layer + norm + (SOFTMAX + SOFTMAX_BACKWARD) * vocab + 12 * params / tokens_per_step
 
 
@@ -123,10 +132,12 @@ class MachineLimits:
     threads: int
 
     def describe(self) -> str:
-        return (f"Measured here: a 1024³ fp32 matmul at {self.matmul / 1e9:.0f} GFLOP/s ({self.threads} threads) "
-                f"and {self.matmul_one_thread / 1e9:.0f} GFLOP/s (one thread); a 256 MiB copy at "
-                f"{self.bandwidth / 1e9:.1f} GB/s. Other vector operations are counted at half the matmul's FLOP "
-                f"rate.")
+        return (
+            f"Measured here: a 1024³ fp32 matmul at {self.matmul / 1e9:.0f} GFLOP/s ({self.threads} threads) "
+            f"and {self.matmul_one_thread / 1e9:.0f} GFLOP/s (one thread); a 256 MiB copy at "
+            f"{self.bandwidth / 1e9:.1f} GB/s. Other vector operations are counted at half the matmul's FLOP "
+            f"rate."
+        )
 
     def seconds(self, work: Work, scores: float) -> float:
         return max(scores * work.flop_equivalents() / self.matmul, scores * work.bytes / self.bandwidth)
@@ -151,6 +162,7 @@ def machine_limits(seconds_of: Callable[[Callable[[], object]], float]) -> Machi
 def verdict(goal: float, at_limits: float, at_rope: float, floor: float, higher_is_better: bool) -> str:
     """Where a target stands: out of physical reach, beyond a kernel as efficient as rope's, beyond the kernels
     PyTorch offers here (``floor``), or within reach of them."""
+
     def misses(value: float) -> bool:
         return value < goal if higher_is_better else value > goal
 
@@ -165,9 +177,17 @@ def verdict(goal: float, at_limits: float, at_rope: float, floor: float, higher_
     return "within reach of PyTorch's kernels"
 
 
-def arithmetic_rows(bounds: pd.DataFrame, limits: MachineLimits, length: int, n_layers: int = 2,
-                    n_heads: int = 4, head_dim: int = 32, batch: int = 32, train_length: int = 128,
-                    headline: dict | None = None) -> list[dict]:
+def arithmetic_rows(
+    bounds: pd.DataFrame,
+    limits: MachineLimits,
+    length: int,
+    n_layers: int = 2,
+    n_heads: int = 4,
+    head_dim: int = 32,
+    batch: int = 32,
+    train_length: int = 128,
+    headline: dict | None = None,
+) -> list[dict]:
     """One row per missed target, from the kernel rows of bench_bounds (``bounds``: its ``measure``, ``kernel``,
     ``seconds``, ``attention_share_of_rope`` and ``floor_vs_rope`` columns) and the machine's limits. Forward
     rows are time ratios to rope (lower is better), training rows throughput ratios, the headline's row an MFU."""
@@ -181,11 +201,26 @@ def arithmetic_rows(bounds: pd.DataFrame, limits: MachineLimits, length: int, n_
     for encoder, goal in (("pope", 1.3), ("fire", 2.0), ("fire_outside", 2.0)):
         work = forward_work(encoder, head_dim, n_heads)
         at_limits = (whole - attention + limits.seconds(work, scores)) / whole
-        at_rope = (whole - attention + attention * work.flop_equivalents() / reference.flop_equivalents()
-                   + scores * work.bytes / limits.bandwidth) / whole
-        rows.append(_row(f"forward {length}, time vs rope", encoder, goal, work, reference, at_limits, at_rope,
-                         forward.loc[KERNEL_OF["forward", encoder], "floor_vs_rope"], False,
-                         limits.seconds(reference, scores) / attention))
+        at_rope = (
+            whole
+            - attention
+            + attention * work.flop_equivalents() / reference.flop_equivalents()
+            + scores * work.bytes / limits.bandwidth
+        ) / whole
+        rows.append(
+            _row(
+                f"forward {length}, time vs rope",
+                encoder,
+                goal,
+                work,
+                reference,
+                at_limits,
+                at_rope,
+                forward.loc[KERNEL_OF["forward", encoder], "floor_vs_rope"],
+                False,
+                limits.seconds(reference, scores) / attention,
+            )
+        )
     training = bounds[bounds["measure"] == f"training {batch}x{train_length}"].set_index("kernel")
     rope_train = training.loc[ROPE_KERNEL]
     attention = n_layers * rope_train["seconds"]
@@ -196,30 +231,69 @@ def arithmetic_rows(bounds: pd.DataFrame, limits: MachineLimits, length: int, n_
         work = training_work(encoder, head_dim)
         at_limits = step / (step - attention + limits.seconds(work, scores))
         at_rope = step / (step - attention + attention * work.flop_equivalents() / reference.flop_equivalents())
-        rows.append(_row(f"training {batch}x{train_length}, throughput vs rope", encoder, 0.85, work, reference,
-                         at_limits, at_rope, training.loc[KERNEL_OF["training", encoder], "floor_vs_rope"], True,
-                         limits.seconds(reference, scores) / attention))
+        rows.append(
+            _row(
+                f"training {batch}x{train_length}, throughput vs rope",
+                encoder,
+                0.85,
+                work,
+                reference,
+                at_limits,
+                at_rope,
+                training.loc[KERNEL_OF["training", encoder], "floor_vs_rope"],
+                True,
+                limits.seconds(reference, scores) / attention,
+            )
+        )
     if headline is not None:
         flops, ops = headline["matmul_flops_per_token"], headline_ops_per_token(**headline["shape"])
         at_limits = flops / (flops + 2 * ops)
-        rows.append({"target": "headline step, MFU (one thread)", "encoder": "rope", "goal": 0.7,
-                     "matmul_flops": flops, "other_ops": ops, "bytes": 0.0, "work_vs_rope": float("nan"),
-                     "ropes_attention_at_limits": float("nan"),
-                     "bound_at_machine_limits": at_limits, "bound_at_ropes_efficiency": float("nan"),
-                     "kernel_floor": headline["kernel_floor"],
-                     "verdict": verdict(0.7, at_limits, at_limits, headline["kernel_floor"], True)})
+        rows.append(
+            {
+                "target": "headline step, MFU (one thread)",
+                "encoder": "rope",
+                "goal": 0.7,
+                "matmul_flops": flops,
+                "other_ops": ops,
+                "bytes": 0.0,
+                "work_vs_rope": float("nan"),
+                "ropes_attention_at_limits": float("nan"),
+                "bound_at_machine_limits": at_limits,
+                "bound_at_ropes_efficiency": float("nan"),
+                "kernel_floor": headline["kernel_floor"],
+                "verdict": verdict(0.7, at_limits, at_limits, headline["kernel_floor"], True),
+            }
+        )
     return rows
 
 
-def _row(target: str, encoder: str, goal: float, work: Work, reference: Work, at_limits: float, at_rope: float,
-         floor: float, higher_is_better: bool, rope_at_limits: float) -> dict:
+def _row(
+    target: str,
+    encoder: str,
+    goal: float,
+    work: Work,
+    reference: Work,
+    at_limits: float,
+    at_rope: float,
+    floor: float,
+    higher_is_better: bool,
+    rope_at_limits: float,
+) -> dict:
     """``rope_at_limits``: the share of rope's measured attention time its work needs at the machine's limits."""
-    return {"target": target, "encoder": encoder, "goal": goal, "matmul_flops": work.matmul_flops,
-            "other_ops": work.other_ops, "bytes": work.bytes,
-            "work_vs_rope": work.flop_equivalents() / reference.flop_equivalents(),
-            "ropes_attention_at_limits": rope_at_limits,
-            "bound_at_machine_limits": at_limits, "bound_at_ropes_efficiency": at_rope, "kernel_floor": floor,
-            "verdict": verdict(goal, at_limits, at_rope, floor, higher_is_better)}
+    return {
+        "target": target,
+        "encoder": encoder,
+        "goal": goal,
+        "matmul_flops": work.matmul_flops,
+        "other_ops": work.other_ops,
+        "bytes": work.bytes,
+        "work_vs_rope": work.flop_equivalents() / reference.flop_equivalents(),
+        "ropes_attention_at_limits": rope_at_limits,
+        "bound_at_machine_limits": at_limits,
+        "bound_at_ropes_efficiency": at_rope,
+        "kernel_floor": floor,
+        "verdict": verdict(goal, at_limits, at_rope, floor, higher_is_better),
+    }
 
 
 NEEDS = ("arithmetic.csv", "bounds.csv", "training.csv", "forward.csv", "step.csv")
@@ -238,14 +312,17 @@ def targets_table(folder: Path) -> str:
     training = pd.read_csv(folder / "training.csv").set_index("model")
     forward = pd.read_csv(folder / "forward.csv").set_index(["encoder", "length"])
     step = pd.read_csv(folder / "step.csv").set_index("encoder")
-    header = ("| target | measured here | PyTorch's kernels allow | a kernel as efficient as rope's | "
-              "the machine's limits |")
+    header = (
+        "| target | measured here | PyTorch's kernels allow | a kernel as efficient as rope's | the machine's limits |"
+    )
     lines = [header, "|---|---|---|---|---|"]
     for row in arithmetic.itertuples():
         kind = row.target.split()[0]
         if kind == "headline":
-            lines.append(f"| headline step MFU ≥ {row.goal:g} | {step.loc['rope', 'mfu']:.2f} | "
-                         f"{row.kernel_floor:.2f} (its kernels alone) | — | {row.bound_at_machine_limits:.2f} |")
+            lines.append(
+                f"| headline step MFU ≥ {row.goal:g} | {step.loc['rope', 'mfu']:.2f} | "
+                f"{row.kernel_floor:.2f} (its kernels alone) | — | {row.bound_at_machine_limits:.2f} |"
+            )
             continue
         if row.encoder == "fire_outside":  # FIRE's second route: the first bounds it
             continue
@@ -260,15 +337,16 @@ def targets_table(folder: Path) -> str:
             length = int(row.target.split()[1].rstrip(","))
             target = f"{name} forward {length} ≤ {row.goal:g}× rope"
             measured = f"{forward.loc[(row.encoder, length), 'time_vs_rope']:.2f}×"
-        lines.append(f"| {target} | {measured} | {row.kernel_floor:.2f}× (its kernel: {kernel['vs_sdpa']:.2f}× "
-                     f"SDPA) | {row.bound_at_ropes_efficiency:.2f}× ({row.work_vs_rope:.2f}× rope's work per "
-                     f"score) | {row.bound_at_machine_limits:.2f}× |")
+        lines.append(
+            f"| {target} | {measured} | {row.kernel_floor:.2f}× (its kernel: {kernel['vs_sdpa']:.2f}× "
+            f"SDPA) | {row.bound_at_ropes_efficiency:.2f}× ({row.work_vs_rope:.2f}× rope's work per "
+            f"score) | {row.bound_at_machine_limits:.2f}× |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Print the table of issue 24's missed targets "
-                                                 "(docs/performance.md).")
+    parser = argparse.ArgumentParser(description="Print the table of issue 24's missed targets (docs/performance.md).")
     parser.add_argument("folder", type=Path, help="a bench folder (results/bench)")
     args = parser.parse_args()
     try:

@@ -82,7 +82,13 @@ def trained_runs(tmp_path_factory) -> Path:
     count as learned (mastery checks patched to 1.0, see LEARNS), so they are evaluated at every length."""
     root = tmp_path_factory.mktemp("sweep")
     result = posenc_cli(
-        "train", "-m", "encoder=rope,learned", *TINY, *LEARNS, f"hydra.sweep.dir={root / 'sweep'}", cwd=root,
+        "train",
+        "-m",
+        "encoder=rope,learned",
+        *TINY,
+        *LEARNS,
+        f"hydra.sweep.dir={root / 'sweep'}",
+        cwd=root,
         learns=True,
     )
     assert result.returncode == 0, result.stderr

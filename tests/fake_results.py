@@ -64,10 +64,12 @@ def fake_run(
         for i, x in enumerate(v):
             sequences.append({**key, "sequence": i, "exact_match": x, "token_accuracy": x, "loss": 1 - x})
         if v.size:
-            positions.append({**key, "position": 0, "bin_width": length, "correct": int(v.sum()),
-                              "total": int(v.size)})
-    return Results(pd.DataFrame(evaluations, columns=COLUMNS), pd.DataFrame(sequences, columns=SEQUENCE_COLUMNS),
-                   pd.DataFrame(positions, columns=POSITION_COLUMNS))
+            positions.append({**key, "position": 0, "bin_width": length, "correct": int(v.sum()), "total": int(v.size)})
+    return Results(
+        pd.DataFrame(evaluations, columns=COLUMNS),
+        pd.DataFrame(sequences, columns=SEQUENCE_COLUMNS),
+        pd.DataFrame(positions, columns=POSITION_COLUMNS),
+    )
 
 
 def results_of(*runs: Results) -> Results:

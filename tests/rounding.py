@@ -31,9 +31,15 @@ def gamma(n: int, dtype: torch.dtype) -> float:
     return nu / (1 - nu)
 
 
-def attention_bound(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor | None = None,
-                    bias_abs: torch.Tensor | float = 0.0, bias_error: torch.Tensor | float = 0.0,
-                    extra_terms: int = 0) -> torch.Tensor:
+def attention_bound(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    rows: torch.Tensor | None = None,
+    bias_abs: torch.Tensor | float = 0.0,
+    bias_error: torch.Tensor | float = 0.0,
+    extra_terms: int = 0,
+) -> torch.Tensor:
     """An upper bound, per query row (``[..., rows, 1]``; every row by default), on how far causal softmax
     attention computed in ``q.dtype`` from these inputs can be from the exact result, for any summation order.
 
@@ -60,8 +66,7 @@ def attention_bound(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: tor
     return v_max * (torch.expm1(2 * score_error) + gamma(3 * s + 4, dtype))
 
 
-def xpos_score_bound(q, k, q_pos, k_pos, scale_base, query_log_scale=XPOS_QUERY_LOG_SCALE, inputs=0,
-                     dtype=None):
+def xpos_score_bound(q, k, q_pos, k_pos, scale_base, query_log_scale=XPOS_QUERY_LOG_SCALE, inputs=0, dtype=None):
     """How far xPos scores computed in ``dtype`` (default ``q``'s) may be from the float64 formula, per entry
     (``query_log_scale``: the largest log of a query factor, xpos_relative_scores' by default).
 

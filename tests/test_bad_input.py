@@ -61,11 +61,26 @@ CASES = [
     ("unwritable output folder", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "/proc/posenc"]),
     ("runs of a missing folder", ["runs", "--runs", "{tmp}/missing"]),
     ("unknown rope scaling", ["extrapolate", "--runs", "{run}", "--rope-scaling", "none,magic", "--out", "{out}"]),
-    ("unknown rope scaling option", ["extrapolate", "--runs", "{run}", "--rope-scaling", "yarn:beta=3", "--out", "{out}"]),
-    ("rope scaling option out of range", ["extrapolate", "--runs", "{run}", "--rope-scaling", "yarn:beta_fast=1,beta_slow=2",
-                                          "--out", "{out}"]),
-    ("rope scaling option given twice", ["compare", "--runs", "{run}", "--rope-scaling", "llama3:low_freq_factor=1,low_freq_factor=2",
-                                         "--out", "{out}"]),
+    (
+        "unknown rope scaling option",
+        ["extrapolate", "--runs", "{run}", "--rope-scaling", "yarn:beta=3", "--out", "{out}"],
+    ),
+    (
+        "rope scaling option out of range",
+        ["extrapolate", "--runs", "{run}", "--rope-scaling", "yarn:beta_fast=1,beta_slow=2", "--out", "{out}"],
+    ),
+    (
+        "rope scaling option given twice",
+        [
+            "compare",
+            "--runs",
+            "{run}",
+            "--rope-scaling",
+            "llama3:low_freq_factor=1,low_freq_factor=2",
+            "--out",
+            "{out}",
+        ],
+    ),
     ("unknown logger", ["train", "logger=bogus"]),
     ("bad wandb mode", ["train", "logger=wandb", "logger.mode=bogus"]),
     ("unknown logger option", ["train", "logger=tensorboard", "+logger.colour=1"]),
@@ -74,17 +89,24 @@ CASES = [
     ("empty schedule", ["train", "encoder=schedule", "encoder.layers=[]"]),
     ("p_rope removing everything", ["train", "encoder=p_rope", "encoder.removed=1.0"]),
     ("cope with one position", ["train", "encoder=cope", "encoder.n_pos=1"]),
-    ("zero rope factor", ["extrapolate", "--runs", "{run}", "--rope-scaling", "yarn", "--rope-factor", "0",
-                          "--out", "{out}"]),
+    (
+        "zero rope factor",
+        ["extrapolate", "--runs", "{run}", "--rope-scaling", "yarn", "--rope-factor", "0", "--out", "{out}"],
+    ),
     ("unknown rope scaling to compare", ["compare", "--runs", "{run}", "--rope-scaling", "ntk2", "--out", "{out}"]),
-    ("compare choosing by a key no run has", ["compare", "--runs", "{run}", "--choose", "train.nosuch", "--out", "{out}"]),
+    (
+        "compare choosing by a key no run has",
+        ["compare", "--runs", "{run}", "--choose", "train.nosuch", "--out", "{out}"],
+    ),
     ("unknown encoder option: fraction", ["train", "encoder=rope", "+encoder.fraction=0.5"]),
     ("rope_partial fraction out of range", ["train", "encoder=rope_partial", "encoder.fraction=1.5"]),
     ("passkey depth out of range", ["train", "task=passkey", "task.depth=2.0"]),
     ("lm corpus folder missing", ["train", "task=lm", "task.corpus={tmp}/no-corpus"]),
     ("lm corpus too small to split", ["train", "task=lm", "task.corpus={tmp}/tiny-corpus", "task.pattern=*.txt"]),
-    ("lm window longer than the training text", ["train", "task=lm", "task.corpus={tmp}/small-corpus",
-                                                 "task.pattern=*.txt", "task.length=4096"]),
+    (
+        "lm window longer than the training text",
+        ["train", "task=lm", "task.corpus={tmp}/small-corpus", "task.pattern=*.txt", "task.length=4096"],
+    ),
     ("superscript digit in lengths", ["extrapolate", "--runs", "{run}", "--lengths", "16,6²", "--out", "{out}"]),
     ("superscript digit in lengths to compare", ["compare", "--runs", "{run}", "--lengths", "²", "--out", "{out}"]),
     ("retrieval shorter than its pairs", ["train", "task=retrieval", "task.n_pairs=5"]),  # needs 20 > 16 tokens
@@ -128,45 +150,99 @@ CASES = [
     ("checkpoint whose config is not a mapping", ["extrapolate", "--runs", "{tmp}/badckpt", "--out", "{out}"]),
     ("kernels of a malformed checkpoint", ["kernels", "--runs", "{tmp}/badckpt", "--out", "{tmp}/k"]),
     ("kernels of an unknown encoder", ["kernels", "--encoders", "rope,bogus", "--out", "{tmp}/k"]),
-    ("extrapolate into a foreign table", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/foreign"]),
+    (
+        "extrapolate into a foreign table",
+        ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/foreign"],
+    ),
     ("compare up to zero", ["compare", "--runs", "{run}", "--up-to", "0", "--out", "{tmp}/c"]),
     ("negative sequences", ["extrapolate", "--runs", "{run}", "--sequences", "-4", "--out", "{out}"]),
     ("resume into a half-truncated checkpoint", ["train", "hydra.run.dir={tmp}/truncated"]),
     # issue 27: run files checked before they are trusted; options that cannot mean anything
     ("compare choosing by seed", ["compare", "--runs", "{run}", "--choose", "seed", "--out", "{tmp}/c"]),
     ("compare choosing by the device", ["compare", "--runs", "{run}", "--choose", "device", "--out", "{tmp}/c"]),
-    ("rope factor without a scaling method", ["extrapolate", "--runs", "{run}", "--rope-factor", "4", "--out", "{out}"]),
-    ("rope factor with scaling none", ["compare", "--runs", "{run}", "--rope-scaling", "none", "--rope-factor", "2",
-                                       "--out", "{tmp}/c"]),
+    (
+        "rope factor without a scaling method",
+        ["extrapolate", "--runs", "{run}", "--rope-factor", "4", "--out", "{out}"],
+    ),
+    (
+        "rope factor with scaling none",
+        ["compare", "--runs", "{run}", "--rope-scaling", "none", "--rope-factor", "2", "--out", "{tmp}/c"],
+    ),
     ("empty metrics.json", ["extrapolate", "--runs", "{tmp}/metrics-empty", "--lengths", "16", "--out", "{out}"]),
-    ("truncated metrics.json", ["extrapolate", "--runs", "{tmp}/metrics-truncated", "--lengths", "16", "--out", "{out}"]),
-    ("metrics.json not an object", ["extrapolate", "--runs", "{tmp}/metrics-list", "--lengths", "16", "--out", "{out}"]),
+    (
+        "truncated metrics.json",
+        ["extrapolate", "--runs", "{tmp}/metrics-truncated", "--lengths", "16", "--out", "{out}"],
+    ),
+    (
+        "metrics.json not an object",
+        ["extrapolate", "--runs", "{tmp}/metrics-list", "--lengths", "16", "--out", "{out}"],
+    ),
     ("mistyped metrics.json", ["compare", "--runs", "{tmp}/metrics-mistyped", "--lengths", "16", "--out", "{tmp}/c"]),
-    ("choosing among runs with a damaged metrics.json", ["compare", "--runs", "{tmp}/metrics-empty", "--choose",
-                                                         "train.lr", "--out", "{tmp}/c"]),
+    (
+        "choosing among runs with a damaged metrics.json",
+        ["compare", "--runs", "{tmp}/metrics-empty", "--choose", "train.lr", "--out", "{tmp}/c"],
+    ),
     ("damaged config.yaml", ["extrapolate", "--runs", "{tmp}/config-damaged", "--lengths", "16", "--out", "{out}"]),
     ("report of tables whose sequence rows were deleted", ["report", "{tmp}/rows-deleted"]),
-    ("compare into tables whose sequence rows were deleted", ["compare", "--runs", "{run}", "--lengths", "16",
-                                                              "--out", "{tmp}/rows-deleted"]),
+    (
+        "compare into tables whose sequence rows were deleted",
+        ["compare", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/rows-deleted"],
+    ),
     # special files (FIFOs) where a run or corpus file is expected: refused, never blocking
     ("metrics.json is a FIFO", ["extrapolate", "--runs", "{tmp}/fifo-metrics", "--lengths", "16", "--out", "{out}"]),
     ("config.yaml is a FIFO", ["extrapolate", "--runs", "{tmp}/fifo-config", "--lengths", "16", "--out", "{out}"]),
-    ("checkpoint.pt is a FIFO", ["extrapolate", "--runs", "{tmp}/fifo-checkpoint", "--lengths", "16", "--out", "{out}"]),
+    (
+        "checkpoint.pt is a FIFO",
+        ["extrapolate", "--runs", "{tmp}/fifo-checkpoint", "--lengths", "16", "--out", "{out}"],
+    ),
     ("kernels of a FIFO checkpoint", ["kernels", "--runs", "{tmp}/fifo-checkpoint", "--out", "{tmp}/k"]),
     ("train.log is a FIFO", ["train", "hydra.run.dir={tmp}/fifo-log"]),
     ("resume from a FIFO", ["train", "resume={tmp}/fifo-checkpoint/checkpoint.pt"]),
     ("lm corpus holding a FIFO", ["train", "task=lm", "task.corpus={tmp}/fifo-corpus", "task.pattern=*.txt"]),
     ("report of a FIFO table", ["report", "{tmp}/fifo-table"]),
-    ("extrapolate into a FIFO table", ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/fifo-table"]),
+    (
+        "extrapolate into a FIFO table",
+        ["extrapolate", "--runs", "{run}", "--lengths", "16", "--out", "{tmp}/fifo-table"],
+    ),
     # work that cannot fit in memory, refused before it starts (--no-memory-check overrides)
     ("sequences beyond memory", ["extrapolate", "--runs", "{run}", "--sequences", "2000000000", "--out", "{out}"]),
-    ("sequences beyond memory to compare", ["compare", "--runs", "{run}", "--sequences", "2000000000", "--out", "{tmp}/c"]),
+    (
+        "sequences beyond memory to compare",
+        ["compare", "--runs", "{run}", "--sequences", "2000000000", "--out", "{tmp}/c"],
+    ),
     # work that would take longer than --max-hours (default 24 h), refused before it starts
-    ("lengths beyond the time limit", ["extrapolate", "--runs", "{run}", "--lengths", "1048576", "--sequences", "100000",
-                                       "--include-not-learned", "--no-memory-check", "--out", "{out}"]),
-    ("lengths beyond the time limit to compare", ["compare", "--runs", "{run}", "--lengths", "1048576", "--sequences",
-                                                  "100000", "--include-not-learned", "--no-memory-check", "--out",
-                                                  "{tmp}/c"]),
+    (
+        "lengths beyond the time limit",
+        [
+            "extrapolate",
+            "--runs",
+            "{run}",
+            "--lengths",
+            "1048576",
+            "--sequences",
+            "100000",
+            "--include-not-learned",
+            "--no-memory-check",
+            "--out",
+            "{out}",
+        ],
+    ),
+    (
+        "lengths beyond the time limit to compare",
+        [
+            "compare",
+            "--runs",
+            "{run}",
+            "--lengths",
+            "1048576",
+            "--sequences",
+            "100000",
+            "--include-not-learned",
+            "--no-memory-check",
+            "--out",
+            "{tmp}/c",
+        ],
+    ),
     # a comma list without -m is a sweep Hydra refuses in six lines
     ("sweep without -m", ["train", "encoder=rope,alibi"]),
     ("sweep of seeds without -m", ["train", "seed=0,1"]),
@@ -180,14 +256,20 @@ def workspace(tmp_path_factory, request) -> Path:
     result = runner.invoke(app, ["train", *TINY, f"hydra.run.dir={tmp / 'run'}"])
     assert result.exit_code == 0, result.output
     out = tmp / "out"
-    assert runner.invoke(app, ["extrapolate", "--runs", str(tmp / "run"), "--lengths", "16", "--out", str(out)]).exit_code == 0
+    assert (
+        runner.invoke(app, ["extrapolate", "--runs", str(tmp / "run"), "--lengths", "16", "--out", str(out)]).exit_code
+        == 0
+    )
     (tmp / "empty").mkdir()
     (tmp / "tiny-corpus").mkdir()
     (tmp / "tiny-corpus" / "one.txt").write_text("ab")  # one file of two bytes: no held-out split
     (tmp / "small-corpus").mkdir()
     for i in range(20):
         (tmp / "small-corpus" / f"t{i}.txt").write_text("x = 1\n" * 20)  # 2,400 bytes in all
-    for name, content in [("garbage", b"not a checkpoint"), ("unfinished", (tmp / "run" / CHECKPOINT_FILE).read_bytes())]:
+    for name, content in [
+        ("garbage", b"not a checkpoint"),
+        ("unfinished", (tmp / "run" / CHECKPOINT_FILE).read_bytes()),
+    ]:
         (tmp / name).mkdir()
         (tmp / name / CHECKPOINT_FILE).write_bytes(content)
     (tmp / "garbage" / METRICS_FILE).write_text("{}")
@@ -208,13 +290,21 @@ def workspace(tmp_path_factory, request) -> Path:
     pd.DataFrame({"run": ["x"], "exact_match": [1.0]}).to_parquet(tmp / "foreign" / "extrapolation.parquet")
     (tmp / "damaged").mkdir()
     (tmp / "damaged" / "extrapolation.parquet").write_bytes(b"PAR1 broken")
-    for name, text in [("metrics-empty", ""), ("metrics-truncated", (tmp / "run" / METRICS_FILE).read_text()[:40]),
-                       ("metrics-list", "[1, 2]"), ("metrics-mistyped", '{"exact_match": "high", "learned": true}')]:
+    for name, text in [
+        ("metrics-empty", ""),
+        ("metrics-truncated", (tmp / "run" / METRICS_FILE).read_text()[:40]),
+        ("metrics-list", "[1, 2]"),
+        ("metrics-mistyped", '{"exact_match": "high", "learned": true}'),
+    ]:
         shutil.copytree(tmp / "run", tmp / name)
         (tmp / name / METRICS_FILE).write_text(text)
     shutil.copytree(tmp / "run", tmp / "config-damaged")
     (tmp / "config-damaged" / CONFIG_FILE).write_text("task: [unclosed\n")
-    for name, file in [("fifo-metrics", METRICS_FILE), ("fifo-config", CONFIG_FILE), ("fifo-checkpoint", CHECKPOINT_FILE)]:
+    for name, file in [
+        ("fifo-metrics", METRICS_FILE),
+        ("fifo-config", CONFIG_FILE),
+        ("fifo-checkpoint", CHECKPOINT_FILE),
+    ]:
         shutil.copytree(tmp / "run", tmp / name)
         (tmp / name / file).unlink()
         os.mkfifo(tmp / name / file)
@@ -222,8 +312,12 @@ def workspace(tmp_path_factory, request) -> Path:
     os.mkfifo(tmp / "fifo-log" / LOG_FILE)
     shutil.copytree(tmp / "small-corpus", tmp / "fifo-corpus")
     os.mkfifo(tmp / "fifo-corpus" / "t0.txt.fifo.txt")
-    assert runner.invoke(app, ["compare", "--runs", str(tmp / "run"), "--lengths", "16", "--out",
-                               str(tmp / "rows-deleted")]).exit_code == 0
+    assert (
+        runner.invoke(
+            app, ["compare", "--runs", str(tmp / "run"), "--lengths", "16", "--out", str(tmp / "rows-deleted")]
+        ).exit_code
+        == 0
+    )
     shutil.copytree(tmp / "rows-deleted", tmp / "fifo-table")
     (tmp / "fifo-table" / "extrapolation.parquet").unlink()
     os.mkfifo(tmp / "fifo-table" / "extrapolation.parquet")

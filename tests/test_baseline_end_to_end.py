@@ -23,11 +23,22 @@ def made(tmp_path_factory):
     os.environ["POSENC_PLUGINS"] = str(PLUGIN)
     try:
         for sweep, encoders in env_runs:
-            done = posenc_cli("train", "-m", encoders, "seed=0,1", *TINY, *LEARNS, f"hydra.sweep.dir={root / sweep}", cwd=root,
-                              learns=True, timeout=600)
+            done = posenc_cli(
+                "train",
+                "-m",
+                encoders,
+                "seed=0,1",
+                *TINY,
+                *LEARNS,
+                f"hydra.sweep.dir={root / sweep}",
+                cwd=root,
+                learns=True,
+                timeout=600,
+            )
             assert done.returncode == 0, done.stderr
-        compared = posenc_cli("compare", "--runs", str(root / "base"), "--lengths", LENGTHS, "--out",
-                              str(root / "B"), cwd=root)
+        compared = posenc_cli(
+            "compare", "--runs", str(root / "base"), "--lengths", LENGTHS, "--out", str(root / "B"), cwd=root
+        )
         assert compared.returncode == 0, compared.stderr
         yield root
     finally:
@@ -41,8 +52,9 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 def test_a_plugin_run_is_placed_beside_the_baseline_with_paired_intervals(made, monkeypatch):
     monkeypatch.setenv("POSENC_PLUGINS", str(PLUGIN))
     before = _snapshot(made / "B")
-    result = posenc_cli("compare", "--baseline", str(made / "B"), "--runs", str(made / "mine"), "--out",
-                        str(made / "O"), cwd=made)
+    result = posenc_cli(
+        "compare", "--baseline", str(made / "B"), "--runs", str(made / "mine"), "--out", str(made / "O"), cwd=made
+    )
     assert result.returncode == 0, result.stderr
     assert _snapshot(made / "B") == before  # the baseline is never written
     ev = pd.read_parquet(made / "O" / "extrapolation.parquet")
@@ -61,17 +73,21 @@ def test_a_plugin_run_is_placed_beside_the_baseline_with_paired_intervals(made, 
 def test_a_run_of_another_configuration_is_refused_and_nothing_is_written(made, monkeypatch):
     monkeypatch.setenv("POSENC_PLUGINS", str(PLUGIN))
     other = made / "other"
-    trained = posenc_cli("train", "encoder=log_alibi", *TINY, *LEARNS, "train.lr=0.01", f"hydra.run.dir={other}", cwd=made,
-                         learns=True)
+    trained = posenc_cli(
+        "train", "encoder=log_alibi", *TINY, *LEARNS, "train.lr=0.01", f"hydra.run.dir={other}", cwd=made, learns=True
+    )
     assert trained.returncode == 0, trained.stderr
-    result = posenc_cli("compare", "--baseline", str(made / "B"), "--runs", str(other), "--out",
-                        str(made / "O2"), cwd=made)
+    result = posenc_cli(
+        "compare", "--baseline", str(made / "B"), "--runs", str(other), "--out", str(made / "O2"), cwd=made
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and re.fullmatch(
         rf"error: {re.escape(str(other))} differs from the baseline {re.escape(str(made / 'B'))}'s runs in more "
         r"than its encoder and seed: train\.lr=0\.01 here, [0-9.e-]+ there; train it under the baseline's "
-        r"protocol \(its experiment config\)", lines[0])
+        r"protocol \(its experiment config\)",
+        lines[0],
+    )
     assert not (made / "O2").exists()
 
 
@@ -84,7 +100,8 @@ def test_other_sequences_are_refused_before_anything_is_published(made, monkeypa
     ev = pd.read_parquet(forged / "extrapolation.parquet")
     ev["fingerprint"] = "0" * 16  # as if another torch's generator had made the baseline's sequences
     ev.to_parquet(forged / "extrapolation.parquet")
-    result = posenc_cli("compare", "--baseline", str(forged), "--runs", str(made / "mine"), "--out",
-                        str(tmp_path / "O"), cwd=made)
+    result = posenc_cli(
+        "compare", "--baseline", str(forged), "--runs", str(made / "mine"), "--out", str(tmp_path / "O"), cwd=made
+    )
     assert result.returncode == 2 and "other sequences than the baseline" in result.stderr
     assert not (tmp_path / "O").exists()

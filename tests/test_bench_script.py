@@ -21,7 +21,10 @@ def test_bench_quick_run_writes_every_table(tmp_path):
     out = tmp_path / "bench"
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--no-reference", "--out", str(out)],
-        check=False, capture_output=True, text=True, timeout=600,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     training = pd.read_csv(out / "training.csv")
@@ -57,8 +60,13 @@ def test_bench_quick_run_writes_every_table(tmp_path):
 
 
 def _summary(folder, *args):
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_summary.py"), str(folder), *args],
-                          check=False, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_summary.py"), str(folder), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_performance_page_speed_table_is_the_summary_of_the_committed_bench():
@@ -66,8 +74,9 @@ def test_performance_page_speed_table_is_the_summary_of_the_committed_bench():
     without it fails."""
     table = _summary(ROOT / "results" / "bench")
     assert table.returncode == 0, table.stderr
-    assert table.stdout in (ROOT / "docs" / "performance.md").read_text(), \
+    assert table.stdout in (ROOT / "docs" / "performance.md").read_text(), (
         "docs/performance.md's speed table is stale: rerun bench_summary.py"
+    )
 
 
 def test_bench_summary_says_what_is_missing_in_one_line(tmp_path):
@@ -83,13 +92,19 @@ def test_bench_summary_says_what_is_missing_in_one_line(tmp_path):
 def test_bench_rejects_bad_lengths_in_one_line(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--lengths", "512,-1", "--out", str(tmp_path)],
-        check=False, capture_output=True, text=True, timeout=120,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2 and "error: --lengths" in result.stderr
     assert "Traceback" not in result.stderr
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--rounds", "0", "--out", str(tmp_path)],
-        check=False, capture_output=True, text=True, timeout=120,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2 and "error: --rounds must be at least 1" in result.stderr
     assert "Traceback" not in result.stderr
@@ -98,8 +113,21 @@ def test_bench_rejects_bad_lengths_in_one_line(tmp_path):
 def test_bench_runs_a_chosen_section_and_encoders_always_with_rope(tmp_path):
     out = tmp_path / "bench"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--sections", "forward", "--encoders",
-         "alibi", "--out", str(out)], check=False, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench.py"),
+            "--quick",
+            "--sections",
+            "forward",
+            "--encoders",
+            "alibi",
+            "--out",
+            str(out),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     forward = pd.read_csv(out / "forward.csv")
@@ -114,8 +142,13 @@ def test_bench_runs_a_chosen_section_and_encoders_always_with_rope(tmp_path):
             assert at.loc[("alibi", length), f"rise_vs_{suffix}"] == pytest.approx(want)
     cpu = _bench().cpu_model()  # the bench names the CPU model in its output and its Markdown (issue 38)
     assert f"CPU {cpu}" in (out / "bench.md").read_text() and cpu in re.sub(r"\s+", " ", result.stderr)
-    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--encoders", "nosuch"],
-                         check=False, capture_output=True, text=True, timeout=600)
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--encoders", "nosuch"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert bad.returncode == 2 and "unknown encoder 'nosuch'" in bad.stdout + bad.stderr
 
 
@@ -123,11 +156,18 @@ def test_bench_jobs_section_compares_one_thread_jobs_with_one_job_of_every_threa
     out = tmp_path / "bench"
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--sections", "jobs", "--out", str(out)],
-        check=False, capture_output=True, text=True, timeout=600,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = pd.read_csv(out / "jobs.csv")
-    assert len(jobs) == 2 and jobs["setting"].iloc[0].startswith("1 job x") and jobs["setting"].iloc[1].endswith("x 1 thread")
+    assert (
+        len(jobs) == 2
+        and jobs["setting"].iloc[0].startswith("1 job x")
+        and jobs["setting"].iloc[1].endswith("x 1 thread")
+    )
     assert (jobs["steps_per_s"] > 0).all() and (jobs["seconds"] > 0).all()
     assert jobs["vs_first"].iloc[1] == jobs["steps_per_s"].iloc[1] / jobs["steps_per_s"].iloc[0]
 
@@ -136,9 +176,22 @@ def test_bench_jobs_section_compares_one_thread_jobs_with_one_job_of_every_threa
 def test_the_ensemble_bench_trains_stacked_seeds_as_they_train_alone(tmp_path):
     """scripts/ensemble_bench.py: K seeds as stacked weights end where each trained alone ends (to rounding), and
     both throughputs are measured."""
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "ensemble_bench.py"), "--members", "1,3",
-                             "--steps", "3", "--out", str(tmp_path)], check=False, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "ensemble_bench.py"),
+            "--members",
+            "1,3",
+            "--steps",
+            "3",
+            "--out",
+            str(tmp_path),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     table = pd.read_csv(tmp_path / "ensemble_cpu.csv")
     assert list(table["members"]) == [1, 3]
@@ -148,9 +201,13 @@ def test_the_ensemble_bench_trains_stacked_seeds_as_they_train_alone(tmp_path):
 
 @pytest.mark.integration
 def test_the_bounds_script_writes_what_each_kernel_allows(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_bounds.py"), "--length", "256",
-                             "--out", str(tmp_path)], check=False, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_bounds.py"), "--length", "256", "--out", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     table = pd.read_csv(tmp_path / "bounds.csv")
     assert list(table["measure"]) == ["forward 256"] * 5 + ["training 32x128"] * 3 + ["headline step, one thread"]
@@ -222,10 +279,14 @@ def test_on_cuda_each_forward_row_has_one_memory_pass_right_after_its_timing(tmp
     """CUDA's allocator statistics do not move with the machine's load: one pass a row, no passes after."""
     bench = _bench()
     calls = []
-    monkeypatch.setattr(bench, "forward_fn", lambda name, length, device, autocast, compiled=False:
-                        calls.append(f"build {name} compiled={compiled}") or (lambda: None))
-    monkeypatch.setattr(bench, "first_and_best_time",
-                        lambda fn, device, repeats: calls.append("time") or (2.0, 1.0))
+    monkeypatch.setattr(
+        bench,
+        "forward_fn",
+        lambda name, length, device, autocast, compiled=False: (
+            calls.append(f"build {name} compiled={compiled}") or (lambda: None)
+        ),
+    )
+    monkeypatch.setattr(bench, "first_and_best_time", lambda fn, device, repeats: calls.append("time") or (2.0, 1.0))
     monkeypatch.setattr(bench, "peak_memory", lambda fn, device: calls.append("memory") or (100.0, 40.0))
     monkeypatch.setattr(bench, "least_memory", lambda *args: calls.append("passes"))
     table = bench.forward_section(_forward_args(tmp_path, compile=True), torch.device("cuda"), torch.bfloat16)
@@ -251,8 +312,16 @@ def test_compile_applies_to_every_model_the_training_section_measures(device, mo
     monkeypatch.setattr(bench, "training_tokens_per_s", tokens_per_s)
     for flag in (True, False):
         calls = []
-        args = argparse.Namespace(no_reference=False, encoders=["rope", "nope"], quick=False, compile=flag,
-                                  rounds=2, batch=2, length=8, steps=1)
+        args = argparse.Namespace(
+            no_reference=False,
+            encoders=["rope", "nope"],
+            quick=False,
+            compile=flag,
+            rounds=2,
+            batch=2,
+            length=8,
+            steps=1,
+        )
         compiled[flag] = (list(bench.training_section(args, torch.device(device), None)["model"]), calls)
     models, calls = compiled[True]
     assert all(calls) and len(calls) == 2 * len(models) and "llama (HF transformers, sdpa)" in models
@@ -281,6 +350,9 @@ def test_the_bench_names_the_cpu_model_and_the_gpu(monkeypatch):
     assert bench.machine(torch.device("cpu")).startswith(f"CPU {bench.cpu_model()}, ")
     no_model_name = types.SimpleNamespace(read_text=lambda: "processor\t: 0\n")  # as on ARM
     monkeypatch.setattr(bench, "Path", lambda path: no_model_name)
-    monkeypatch.setattr(bench.subprocess, "run", lambda *args, **kwargs: types.SimpleNamespace(
-        stdout="Architecture:  aarch64\nModel name:    Neoverse-V2\n"))
+    monkeypatch.setattr(
+        bench.subprocess,
+        "run",
+        lambda *args, **kwargs: types.SimpleNamespace(stdout="Architecture:  aarch64\nModel name:    Neoverse-V2\n"),
+    )
     assert bench.cpu_model() == "Neoverse-V2"

@@ -27,4 +27,6 @@ def test_committed_report_regenerates_identically(folder, tmp_path):
     shutil.copytree(folder, copy)
     regenerate(copy, f"posenc report results/{folder.name}")
     committed, fresh = (folder / REPORT).read_text(), (copy / REPORT).read_text()
-    assert same_report(committed, fresh), f"results/{folder.name}/report.md is stale: run `posenc report results/{folder.name}`"
+    assert same_report(committed, fresh), (
+        f"results/{folder.name}/report.md is stale: run `posenc report results/{folder.name}`"
+    )

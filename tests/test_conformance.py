@@ -326,8 +326,17 @@ def test_each_break_fails_its_property_alone(toy, broken):
 def test_a_sound_toy_with_every_score_bias_fast_path_passes():
     report = assert_conforms(Slopes)
     names = [o.name for o in report.outcomes]
-    assert names == ["shapes", "causality", "determinism", "score_bias by query block", "distance_table",
-                     "score_mod", "linear_bias_slopes", "lengths", "training"]
+    assert names == [
+        "shapes",
+        "causality",
+        "determinism",
+        "score_bias by query block",
+        "distance_table",
+        "score_mod",
+        "linear_bias_slopes",
+        "lengths",
+        "training",
+    ]
     assert report_of(LogDistance).passed and report_of(CheckedTable).passed
 
 
@@ -353,8 +362,9 @@ def test_non_determinism_at_inference_fails_determinism():
 
 def test_a_wrong_shape_fails_shapes_with_the_shapes():
     detail = report_of(TransposedBias).outcome("shapes").detail
-    assert detail == ("score_bias gives shape (4, 5, 3), want (4, 3, 5) (layer 0, d_model 32, 4 heads of 8, batch 3, "
-                      "length 7)")
+    assert detail == (
+        "score_bias gives shape (4, 5, 3), want (4, 3, 5) (layer 0, d_model 32, 4 heads of 8, batch 3, length 7)"
+    )
 
 
 def test_a_loss_that_does_not_fall_fails_training():
@@ -366,8 +376,10 @@ def test_a_loss_that_does_not_fall_fails_training():
 
 
 def test_lengths_past_training_run_or_are_refused_with_a_message():
-    assert "check_positions refuses 36, 37, 579 tokens: 12 positions; 36 asked" in \
-        report_of(CheckedTable).outcome("lengths").detail
+    assert (
+        "check_positions refuses 36, 37, 579 tokens: 12 positions; 36 asked"
+        in report_of(CheckedTable).outcome("lengths").detail
+    )
     detail = report_of(UncheckedTable).outcome("lengths").detail
     assert detail.startswith("check_positions accepts length 36, then the model raises IndexError"), detail
     assert "empty message" in report_of(SilentRefusal).outcome("lengths").detail
@@ -405,8 +417,15 @@ def test_over_the_registry_the_check_runs_every_fused_path(monkeypatch):
     with conformance.one_thread():
         for name in ENCODERS:  # passing is tests/test_encoders.py's matter
             conformance.fast_path_outcomes(conformance.Subject.of(name, {}))
-    assert set(calls) == {"linear_bias_attention", "distance_table_attention", "far_constant_attention",
-                          "key_bias_attention", "cope_band_attention", "xpos_window_attention", "eager_flex"}
+    assert set(calls) == {
+        "linear_bias_attention",
+        "distance_table_attention",
+        "far_constant_attention",
+        "key_bias_attention",
+        "cope_band_attention",
+        "xpos_window_attention",
+        "eager_flex",
+    }
     assert all(calls.values()), calls
 
 
@@ -435,8 +454,16 @@ def test_check_on_the_command_line_prints_one_line_per_property_and_exits_0():
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert lines[0] == "encoder 'kerple' (posenc.encoders.learned_bias.KerpleLog), built for training length 12:"
-    assert [line.split()[1] for line in lines[1:-1]] == ["shapes", "causality", "determinism", "score_bias",
-                                                         "distance_table", "score_mod", "lengths", "training"]
+    assert [line.split()[1] for line in lines[1:-1]] == [
+        "shapes",
+        "causality",
+        "determinism",
+        "score_bias",
+        "distance_table",
+        "score_mod",
+        "lengths",
+        "training",
+    ]
     assert all(line.startswith("pass  ") for line in lines[1:-1])
     assert lines[-1].startswith("every property holds (")
 
@@ -488,21 +515,31 @@ def test_a_plugin_file_is_checked_from_the_command_line(tmp_path):
 
     (tmp_path / "leaky.py").write_text(LEAKY_PLUGIN)
     env = {**os.environ, "POSENC_PLUGINS": str(tmp_path / "leaky.py"), "COLUMNS": "200"}
-    result = subprocess.run([sys.executable, "-m", "posenc", "encoders", "--check", "leaky"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=600, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "posenc", "encoders", "--check", "leaky"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 1, result.stderr
     assert "FAIL  causality" in result.stdout and "error:" not in result.stdout + result.stderr
 
 
-# -- the check's own code ------------------------------------------------------------------------------------------------
+# -- the check's own code ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("module", [conformance, sys.modules["posenc.testing"]])
 def test_each_check_is_a_small_function(module):
     """Each check and helper stays under 80 lines, so that a property reads at a glance."""
     tree = ast.parse(Path(module.__file__).read_text())
-    long = [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 >= 80]
+    long = [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 >= 80
+    ]
     assert not long, long
 
 

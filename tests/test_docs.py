@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,20 +96,29 @@ def test_the_docs_extra_installs_the_site_tooling():
 
 
 def test_links_out_of_docs_reach_the_sites_copy_of_results_and_examples(hooks):
-    assert hooks._site_link("../../results/headline/report.md", "experiments/headline.md") == \
-        "../results/headline/report.md"
+    assert (
+        hooks._site_link("../../results/headline/report.md", "experiments/headline.md")
+        == "../results/headline/report.md"
+    )
     assert hooks._site_link("../results/first_run/README.md#x", "getting-started.md") == "results/first_run/README.md#x"
     assert hooks._site_link("measuring.md", "usage.md") == "measuring.md"
     assert hooks._site_link("https://example.org/a.md", "usage.md") == "https://example.org/a.md"
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason='mkdocs is not installed: pip install -e ".[docs]"')
+@pytest.mark.skipif(
+    importlib.util.find_spec("mkdocs") is None, reason='mkdocs is not installed: pip install -e ".[docs]"'
+)
 def test_the_site_builds_strictly(tmp_path):
     """A broken link, a page missing from docs/, or a `::: posenc.functional...` naming a renamed object fails."""
     # never --quiet: it drops the warnings --strict counts, and a broken link passes
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "site" / "results" / "headline" / "steps_to_learn.png").is_file()
     assert "init_threshold=null" in (tmp_path / "site" / "encoders-and-tasks" / "index.html").read_text()

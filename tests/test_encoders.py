@@ -6,13 +6,13 @@ loss that falls) is posenc.conformance's, written once: `posenc encoders --check
 here every built-in is (tests/test_conformance.py shows each property failing on a broken toy).
 """
 
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
-from importlib.resources import files
 from posenc.encoders import ENCODERS, AttentionShape, RotaryEncoder, build_encoder
 from posenc.errors import ConfigError
 from posenc.testing import assert_conforms

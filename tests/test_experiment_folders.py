@@ -12,9 +12,9 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
-from posenc.running.arguments import experiment_single_run
 from posenc.cli.app import app
 from posenc.errors import PosencError
+from posenc.running.arguments import experiment_single_run
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -50,8 +50,11 @@ def test_every_script_names_the_sweep_folder_it_trains_into(script):
     for i, line in enumerate(lines):
         if not re.search(r'posenc"? train -m', line) or "hydra.sweep.dir=" in line:
             continue
-        wrapper = next(re.match(r"\s*(\w+)\(\) \{", lines[j])[1] for j in range(i, -1, -1)
-                       if re.match(r"\s*(\w+)\(\) \{", lines[j]))
+        wrapper = next(
+            re.match(r"\s*(\w+)\(\) \{", lines[j])[1]
+            for j in range(i, -1, -1)
+            if re.match(r"\s*(\w+)\(\) \{", lines[j])
+        )
         calls = [c for c in lines if re.match(rf"\s*(\[.*\] && )?{wrapper} ", c)]
         assert calls, f"{script}: {wrapper}() trains without naming its sweep folder, and is never called"
         for call in calls:
@@ -82,7 +85,9 @@ def test_the_refusal_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
     from conftest import TINY
 
     monkeypatch.chdir(tmp_path)
-    result = runner.invoke(app, ["train", "experiment=headline_retrieval", *TINY])  # TINY: a broken check trains 4 steps
+    result = runner.invoke(
+        app, ["train", "experiment=headline_retrieval", *TINY]
+    )  # TINY: a broken check trains 4 steps
     assert result.exit_code == 2, result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: experiment=headline_retrieval is a sweep"), lines

@@ -65,8 +65,10 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line_and_keeps_the_previous_
     _disk_full_for(monkeypatch, f".{CHECKPOINT_FILE}.", after=1)  # the step-2 checkpoint lands, step 4's does not
     result = runner.invoke(app, ["train", *TINY, "train.checkpoint_every=2", f"hydra.run.dir={tmp_path / 'run'}"])
     line = _one_error(result)
-    assert line == f"error: cannot write {tmp_path / 'run' / CHECKPOINT_FILE}: No space left on device; its previous " \
-                   "version is kept"
+    assert (
+        line == f"error: cannot write {tmp_path / 'run' / CHECKPOINT_FILE}: No space left on device; its previous "
+        "version is kept"
+    )
     state = torch.load(tmp_path / "run" / CHECKPOINT_FILE, weights_only=False)
     assert state["step"] == 2
     assert not [p for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp")]
@@ -82,8 +84,9 @@ def compared_once(tmp_path_factory) -> Path:
         patch.setattr(posenc.running.train, "mastery_check", lambda *args: 1.0)  # as the always_learns fixture
         patch.chdir(root)
         learned_run(root / "run")
-        result = runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16", "--sequences", "4",
-                                     "--out", "tables"])
+        result = runner.invoke(
+            app, ["compare", "--runs", "run", "--lengths", "16", "--sequences", "4", "--out", "tables"]
+        )
     assert result.exit_code == 0, result.output
     return root
 
@@ -99,12 +102,15 @@ def compared(compared_once, tmp_path, always_learns, monkeypatch) -> Path:
 def test_disk_full_during_compare_is_one_line_naming_the_file_and_changes_nothing(compared, monkeypatch):
     before = snapshot(compared)
     _disk_full_for(monkeypatch, ".extrapolation.parquet.")
-    result = runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16,24", "--sequences", "4",
-                                 "--out", "tables"])
+    result = runner.invoke(
+        app, ["compare", "--runs", "run", "--lengths", "16,24", "--sequences", "4", "--out", "tables"]
+    )
     line = _one_error(result)
     tables = compared / "tables"
-    assert line == (f"error: cannot write {tables / 'extrapolation.parquet'}: No space left on device; nothing in "
-                    f"{tables} was changed")
+    assert line == (
+        f"error: cannot write {tables / 'extrapolation.parquet'}: No space left on device; nothing in "
+        f"{tables} was changed"
+    )
     assert snapshot(compared) == before
 
 
@@ -115,10 +121,11 @@ def test_ctrl_c_before_the_tables_are_published_says_nothing_changed(compared, m
         raise KeyboardInterrupt
 
     monkeypatch.setattr(posenc.analysis.pipeline, "render", interrupt)  # while the report is drawn, before the commit
-    result = runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16,24", "--sequences", "4",
-                                 "--out", "tables"])
+    result = runner.invoke(
+        app, ["compare", "--runs", "run", "--lengths", "16,24", "--sequences", "4", "--out", "tables"]
+    )
     line = _one_error(result, 130)
-    assert line == f"error: interrupted; nothing in tables was changed (its old files are as they were)"
+    assert line == "error: interrupted; nothing in tables was changed (its old files are as they were)"
     assert snapshot(compared) == before
 
 
@@ -129,8 +136,9 @@ def test_ctrl_c_after_the_tables_are_published_says_so(compared, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(posenc.analysis.pipeline, "_moved_figures", interrupt)  # just after the commit
-    result = runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16,24", "--sequences", "4",
-                                 "--out", "tables"])
+    result = runner.invoke(
+        app, ["compare", "--runs", "run", "--lengths", "16,24", "--sequences", "4", "--out", "tables"]
+    )
     line = _one_error(result, 130)
     assert line.startswith("error: interrupted after the new files were published in tables")
     after = snapshot(compared)
@@ -162,8 +170,9 @@ def test_resume_takes_posencs_own_folder_names(tmp_path, always_learns, monkeypa
     assert (Path(f"{source}-copy") / CHECKPOINT_FILE).is_file()
 
 
-def test_work_beyond_the_memory_available_is_refused_before_it_starts_unless_asked(tmp_path, always_learns,
-                                                                                  monkeypatch):
+def test_work_beyond_the_memory_available_is_refused_before_it_starts_unless_asked(
+    tmp_path, always_learns, monkeypatch
+):
     import posenc.running.evaluation_budget
 
     monkeypatch.chdir(tmp_path)
@@ -190,8 +199,10 @@ def test_an_unreadable_table_in_report_is_one_line_and_changes_nothing(compared,
 
     monkeypatch.setattr(pd, "read_parquet", read_parquet)
     line = _one_error(runner.invoke(app, ["report", "tables"]))
-    assert line == f"error: cannot read {Path('tables') / 'sequences.parquet'}: Permission denied; make it readable or " \
-                   "move it away"
+    assert (
+        line == f"error: cannot read {Path('tables') / 'sequences.parquet'}: Permission denied; make it readable or "
+        "move it away"
+    )
     assert snapshot(compared) == before
 
 
@@ -226,9 +237,26 @@ def test_the_next_command_finishes_a_publish_killed_between_two_renames(compared
 
     from posenc.analysis.store import read_results
 
-    killed = subprocess.run([sys.executable, "-c", _KILLED_AFTER, "extrapolation.parquet", "compare", "--runs", "run",
-                             "--lengths", "16,24", "--sequences", "4", "--out", "tables"], cwd=compared,
-                            capture_output=True, text=True)
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _KILLED_AFTER,
+            "extrapolation.parquet",
+            "compare",
+            "--runs",
+            "run",
+            "--lengths",
+            "16,24",
+            "--sequences",
+            "4",
+            "--out",
+            "tables",
+        ],
+        cwd=compared,
+        capture_output=True,
+        text=True,
+    )
     assert killed.returncode == -9, killed.stderr
     tables = compared / "tables"
     assert list(tables.glob(".posenc-staging-*")), "the kill left the publish half done"
@@ -268,8 +296,9 @@ def _damage(path: Path, column: str, value) -> None:
     ["compare", "--runs", "run", "--lengths", "16", "--sequences", "4", "--out", "tables"],
     ["compare", "--extend", "--runs", "run", "--lengths", "16", "--sequences", "4", "--out", "tables"],
 ])  # fmt: skip
-def test_a_damaged_or_foreign_table_is_one_line_naming_the_file_and_column(compared, stem, column, value, says,
-                                                                           command):
+def test_a_damaged_or_foreign_table_is_one_line_naming_the_file_and_column(
+    compared, stem, column, value, says, command
+):
     if stem == "comparison" and command[1] == "--runs":
         pytest.skip("compare without --extend does not read the comparison: it writes a new one")
     _damage(compared / "tables" / f"{stem}.parquet", column, value)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from rounding import gamma
 
 from posenc.encoders import ENCODERS, AttentionShape, build_encoder
 from posenc.nn.model import ModelConfig, Transformer
-from rounding import gamma
 
 GOLDEN = Path(__file__).parent / "golden" / "tiny_models.json"
 # The golden numbers were computed on one CPU (AMD EPYC), and each CPU type sums in its own order. Each fp32
@@ -44,8 +44,13 @@ def summary(name: str) -> dict[str, float | list[float]]:
     with torch.no_grad():
         logits = model(tokens).double()
     loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
-    return {"mean": logits.mean().item(), "std": logits.std().item(), "loss": loss.item(),
-            "first": logits[0, :3, :3].flatten().tolist(), "last": logits[1, -1, :4].tolist()}
+    return {
+        "mean": logits.mean().item(),
+        "std": logits.std().item(),
+        "loss": loss.item(),
+        "first": logits[0, :3, :3].flatten().tolist(),
+        "last": logits[1, -1, :4].tolist(),
+    }
 
 
 @pytest.mark.parametrize("name", ENCODERS.builtins())
@@ -68,7 +73,10 @@ def test_golden_entries_tell_every_encoder_apart():
     names = list(golden)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
-            assert any(golden[a][key] != pytest.approx(golden[b][key], rel=0, abs=TOLERANCE) for key in golden[a]), (a, b)
+            assert any(golden[a][key] != pytest.approx(golden[b][key], rel=0, abs=TOLERANCE) for key in golden[a]), (
+                a,
+                b,
+            )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,14 @@ def test_the_cpu_dry_run_runs_every_step_a_cpu_can(tmp_path):
     device tool returns them, machine.json with the plan as it ran."""
     out, work = tmp_path / "out", tmp_path / "work"
     begun = time.monotonic()
-    result = subprocess.run([sys.executable, "scripts/gpu_check.py", "--dry-run", "--out", str(out), "--work",
-                             str(work)], cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    result = subprocess.run(
+        [sys.executable, "scripts/gpu_check.py", "--dry-run", "--out", str(out), "--work", str(work)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     seconds = time.monotonic() - begun
     steps_table = (out / "steps.csv").read_text() if (out / "steps.csv").is_file() else "(no steps.csv)"
     assert result.returncode == 0, steps_table + result.stdout[-2000:] + result.stderr[-2000:]
@@ -94,7 +100,8 @@ def test_every_step_has_a_place_a_limit_and_what_the_h200_measured():
     assert all(gpu_check.LIMITS[s] >= 1.2 * seconds for s, seconds in gpu_check.MEASURED.items())
     assert all(gpu_check.NEEDS[s] <= gpu_check.LIMITS[s] for s in gpu_check.STEPS)
     before_forward = sum(gpu_check.MEASURED[s] for s in ("setup", "machine")) + sum(
-        gpu_check.LIMITS[s] for s in ("gpu_tests", "train_resume"))
+        gpu_check.LIMITS[s] for s in ("gpu_tests", "train_resume")
+    )
     assert before_forward + gpu_check.NEEDS["forward"] <= gpu_check.BUDGET - gpu_check.RESERVE
     assert list(gpu_check.FORWARD_LENGTHS) == [131072, 32768, 8192]
     assert sum(gpu_check.FORWARD_LENGTHS.values()) <= gpu_check.LIMITS["forward"]
@@ -114,13 +121,19 @@ def _fake_plan(tmp_path, monkeypatch, takes: dict[str, float], budget: float, st
                 return "partial", "stopped when gpu_tests ended"
             clock[0] += min(takes[name], seconds)
             return "ok", f"took {min(takes[name], seconds):.0f} s"
+
         return step
 
     for name in gpu_check.STEPS:
         monkeypatch.setattr(gpu_check.Check, f"step_{name}", fake(name))
-    args = argparse.Namespace(dry_run=False, out=str(tmp_path / "out"), work=str(tmp_path / "work"),
-                              wheels=gpu_check.WHEELS, steps=(steps or gpu_check.STEPS) + gpu_check.ALWAYS,
-                              budget=budget)
+    args = argparse.Namespace(
+        dry_run=False,
+        out=str(tmp_path / "out"),
+        work=str(tmp_path / "work"),
+        wheels=gpu_check.WHEELS,
+        steps=(steps or gpu_check.STEPS) + gpu_check.ALWAYS,
+        budget=budget,
+    )
     check = gpu_check.Check(args)
     check.run_plan()
     assert check.finish() == 0
@@ -130,12 +143,28 @@ def _fake_plan(tmp_path, monkeypatch, takes: dict[str, float], budget: float, st
 def test_a_step_starts_only_with_what_it_needs_and_machine_json_names_those_skipped(tmp_path, monkeypatch):
     """The tests and train_resume at their full limits: forward gets the rest (its need is met), mps and
     throughput are skipped for budget, and machine.json and the summary say so."""
-    takes = {"setup": 16, "machine": 6, "gpu_tests": 240, "unit": 0, "train_resume": 120, "forward": 150,
-             "mps": 64, "throughput": 114}
+    takes = {
+        "setup": 16,
+        "machine": 6,
+        "gpu_tests": 240,
+        "unit": 0,
+        "train_resume": 120,
+        "forward": 150,
+        "mps": 64,
+        "throughput": 114,
+    }
     plan = _fake_plan(tmp_path, monkeypatch, takes, gpu_check.BUDGET)
     status = {s["step"]: s["status"] for s in plan["steps"]}
-    assert status == {"setup": "ok", "machine": "ok", "gpu_tests": "ok", "unit": "partial",
-                      "train_resume": "ok", "forward": "ok", "mps": "skipped", "throughput": "skipped"}
+    assert status == {
+        "setup": "ok",
+        "machine": "ok",
+        "gpu_tests": "ok",
+        "unit": "partial",
+        "train_resume": "ok",
+        "forward": "ok",
+        "mps": "skipped",
+        "throughput": "skipped",
+    }
     assert plan["skipped_for_budget"] == ["mps", "throughput"]
     forward = next(s for s in plan["steps"] if s["step"] == "forward")
     assert forward["seconds"] == gpu_check.BUDGET - gpu_check.RESERVE - 382 >= gpu_check.NEEDS["forward"]
@@ -157,8 +186,14 @@ def test_unit_runs_alone_when_gpu_tests_is_not_selected_and_skips_when_it_does_n
 
 @pytest.mark.integration  # it starts a process
 def test_a_background_step_stops_when_the_step_it_runs_beside_ends(tmp_path):
-    args = argparse.Namespace(dry_run=True, out=str(tmp_path / "out"), work=str(tmp_path / "work"),
-                              wheels=gpu_check.WHEELS, steps=gpu_check.STEPS, budget=60)
+    args = argparse.Namespace(
+        dry_run=True,
+        out=str(tmp_path / "out"),
+        work=str(tmp_path / "work"),
+        wheels=gpu_check.WHEELS,
+        steps=gpu_check.STEPS,
+        budget=60,
+    )
     check, ended = gpu_check.Check(args), threading.Event()
     threading.Timer(0.5, ended.set).start()
     begun = time.monotonic()
@@ -175,7 +210,8 @@ def test_junit_counts_reads_a_report_and_survives_a_missing_one(tmp_path):
         '<testcase classname="tests.test_a" name="two"><failure message="x"/></testcase>'
         '<testcase classname="tests.test_b" name="three"><skipped/></testcase>'
         '<testcase classname="tests.test_b" name="four"><error message="y"/></testcase>'
-        '</testsuite></testsuites>')
+        "</testsuite></testsuites>"
+    )
     counts = gpu_check.junit_counts(report)
     assert (counts["passed"], counts["failed"], counts["errors"], counts["skipped"]) == (1, 1, 1, 1)
     assert counts["failed_names"] == ["test_a::two", "test_b::four"]
@@ -186,8 +222,14 @@ def test_the_wheelhouse_covers_posencs_dependencies():
     """What the device lacks of posenc's needs (hydra-core and its parser runtime, the launcher plugins) is
     fetched; what it has (torch, numpy, pandas, ...) is not; setuptools comes for building posenc there. The
     script fails if a dependency is neither on the device nor installed here."""
-    result = subprocess.run(["bash", "scripts/gpu_wheelhouse.sh", "--list"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120, check=False)
+    result = subprocess.run(
+        ["bash", "scripts/gpu_wheelhouse.sh", "--list"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     plan = [line.split() for line in result.stdout.splitlines()]
     fetched = {spec.split("==")[0] for kind, spec in plan if kind == "run"}
@@ -200,11 +242,13 @@ def test_the_wheelhouse_covers_posencs_dependencies():
 def test_a_stopped_forward_bench_keeps_the_rows_its_log_shows():
     """bench writes its table at the end; a length stopped at its limit keeps each timed encoder's time, and
     the least peak of the memory passes that ran."""
-    log = ("  forward rope @ 131072: 0.512 s (first call 3.20 s)\n"
-           "  forward alibi @ 131072: 0.733 s (first call 9.81 s)\n"
-           "  memory rope @ 131072, pass 1/2: peak 2100 MiB (+1900)\n"
-           "  memory rope @ 131072, pass 2/2: peak 2000 MiB (+1800)\n"
-           "[gpu_check] stopped after 65 s\n")
+    log = (
+        "  forward rope @ 131072: 0.512 s (first call 3.20 s)\n"
+        "  forward alibi @ 131072: 0.733 s (first call 9.81 s)\n"
+        "  memory rope @ 131072, pass 1/2: peak 2100 MiB (+1900)\n"
+        "  memory rope @ 131072, pass 2/2: peak 2000 MiB (+1800)\n"
+        "[gpu_check] stopped after 65 s\n"
+    )
     rows = {r["encoder"]: r for r in gpu_check.forward_rows_from_log(log)}
     assert set(rows) == {"rope", "alibi"} and rows["alibi"]["seconds"] == "0.733"
     assert (rows["rope"]["peak_mib"], rows["rope"]["rise_mib"]) == (2000.0, 1800.0)

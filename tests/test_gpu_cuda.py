@@ -32,8 +32,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from posenc import files as run_files
-from posenc.nn.attention import FLEX_MIN_LENGTH, CausalAttention
 from posenc.encoders import ENCODERS, AttentionShape, build_encoder
+from posenc.nn.attention import FLEX_MIN_LENGTH, CausalAttention
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 SHAPE = AttentionShape(128, 4)  # the default model's: 4 heads of 32
@@ -69,8 +69,19 @@ def _hooks(layer, x, q0, k0, positions):
     return q, k, layer.data_bias(x, q, k)
 
 
-def dense_attention(layer, x, q0, k0, v, dtype: torch.dtype, *, drop_bias: bool = False, leak: int = 0,
-                    scale: float | None = None, bias_sign: float = 1.0) -> torch.Tensor:
+def dense_attention(
+    layer,
+    x,
+    q0,
+    k0,
+    v,
+    dtype: torch.dtype,
+    *,
+    drop_bias: bool = False,
+    leak: int = 0,
+    scale: float | None = None,
+    bias_sign: float = 1.0,
+) -> torch.Tensor:
     """The formula: ``softmax(q.k / sqrt(h_qk) + bias) v`` with the whole ``[s, s]`` bias (the encoder's
     ``score_bias``, or its data bias over every query), products in ``dtype`` and softmax in float32 at least
     (as fused kernels do). ``drop_bias``, ``leak``, ``scale`` and ``bias_sign`` plant errors (the tolerance's
@@ -131,9 +142,15 @@ def flex_arithmetic(layer, x, q0, k0, v, dtype: torch.dtype, *, bias_sign: float
     return out.to(dtype)
 
 
-def attention_results(name: str, device: str, dtype: torch.dtype, grad: bool, seq: int,
-                      paths: dict[str, Callable] | None = None, seed: int = 0
-                      ) -> dict[str, list[torch.Tensor]]:
+def attention_results(
+    name: str,
+    device: str,
+    dtype: torch.dtype,
+    grad: bool,
+    seq: int,
+    paths: dict[str, Callable] | None = None,
+    seed: int = 0,
+) -> dict[str, list[torch.Tensor]]:
     """Output (and, with ``grad``, the gradients of q, k, v before the encoder's rotation) of computations on
     the same inputs: ``float64`` (the formula in float64), ``formula`` (the formula in ``dtype``) and each of
     ``paths`` (default ``{"path": the backend}``), all but the first under autocast for 16-bit ``dtype`` as in
@@ -144,10 +161,14 @@ def attention_results(name: str, device: str, dtype: torch.dtype, grad: bool, se
     spread(encoder)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(BATCH, seq, SHAPE.d_model, generator=gen, dtype=torch.float64)
-    q0, k0, v, cotangent = (torch.randn(BATCH, SHAPE.n_heads, seq, SHAPE.head_dim, generator=gen,
-                                        dtype=torch.float64) for _ in range(4))
-    computations = {"float64": dense_attention, "formula": dense_attention,
-                    **(paths or {"path": backend_attention("auto")})}
+    q0, k0, v, cotangent = (
+        torch.randn(BATCH, SHAPE.n_heads, seq, SHAPE.head_dim, generator=gen, dtype=torch.float64) for _ in range(4)
+    )
+    computations = {
+        "float64": dense_attention,
+        "formula": dense_attention,
+        **(paths or {"path": backend_attention("auto")}),
+    }
     results = {}
     for which, compute in computations.items():
         work = torch.float64 if which == "float64" else dtype
@@ -183,12 +204,14 @@ def allowed_error(formula_error: float, reference: torch.Tensor, seq: int) -> fl
     return FACTOR * formula_error + 8 * u32 * math.sqrt(seq) * float(reference.abs().max())
 
 
-def attention_errors(results: dict[str, list[torch.Tensor]], seq: int, path: str = "path"
-                     ) -> list[tuple[str, float, float]]:
+def attention_errors(
+    results: dict[str, list[torch.Tensor]], seq: int, path: str = "path"
+) -> list[tuple[str, float, float]]:
     """``(what, error of the path, allowed)`` for the output and each gradient."""
     rows = []
-    for what, ref, formula, got in zip(("output", "grad q", "grad k", "grad v"), results["float64"],
-                                       results["formula"], results[path]):
+    for what, ref, formula, got in zip(
+        ("output", "grad q", "grad k", "grad v"), results["float64"], results["formula"], results[path]
+    ):
         formula_error = float((formula - ref).abs().max())
         rows.append((what, float((got - ref).abs().max()), allowed_error(formula_error, ref, seq)))
     return rows
@@ -196,8 +219,9 @@ def attention_errors(results: dict[str, list[torch.Tensor]], seq: int, path: str
 
 def assert_attention_matches(results, seq: int, path: str = "path") -> None:
     rows = attention_errors(results, seq, path)
-    failing = [f"{what}: error {error:.3g} > allowed {allowed:.3g}" for what, error, allowed in rows
-               if not error <= allowed]  # a NaN fails too
+    failing = [
+        f"{what}: error {error:.3g} > allowed {allowed:.3g}" for what, error, allowed in rows if not error <= allowed
+    ]  # a NaN fails too
     assert not failing, "; ".join(failing)
 
 
@@ -205,9 +229,11 @@ def assert_attention_matches(results, seq: int, path: str = "path") -> None:
 @pytest.mark.gpu
 @CUDA
 @pytest.mark.parametrize("seq", [SHORT, LONG])
-@pytest.mark.parametrize(("dtype", "grad"), [(torch.float32, False), (torch.float32, True),
-                                             (torch.bfloat16, False), (torch.bfloat16, True)],
-                         ids=["fp32-eval", "fp32-train", "bf16-eval", "bf16-train"])
+@pytest.mark.parametrize(
+    ("dtype", "grad"),
+    [(torch.float32, False), (torch.float32, True), (torch.bfloat16, False), (torch.bfloat16, True)],
+    ids=["fp32-eval", "fp32-train", "bf16-eval", "bf16-train"],
+)
 @pytest.mark.parametrize("name", list(ENCODERS))
 def test_every_attention_path_on_cuda_equals_the_float64_reference(name, dtype, grad, seq):
     """fp32 without autograd: evaluation; with it: training at train.precision=fp32; bf16 autocast with
@@ -246,8 +272,13 @@ class _Killed(Exception):
 def _same(a, b) -> bool:
     """Exact equality of nested checkpoint contents (tensors compared on the CPU, bit for bit)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
-                and a.shape == b.shape and torch.equal(a.cpu(), b.cpu()))
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and torch.equal(a.cpu(), b.cpu())
+        )
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
@@ -267,8 +298,13 @@ def test_resume_on_cuda_restores_the_exact_training_state(tmp_path, monkeypatch)
     from posenc.running.checkpoint import rng_states
     from posenc.running.runs import read_checkpoint
 
-    overrides = ("device=cuda", "train.steps=12", "train.checkpoint_every=4", "train.check_every=0",
-                 "train.log_every=1")
+    overrides = (
+        "device=cuda",
+        "train.steps=12",
+        "train.checkpoint_every=4",
+        "train.check_every=0",
+        "train.log_every=1",
+    )
     cfg, config = tiny_config(*overrides), tiny_dict(*overrides)
     assert posenc.running.train.step_settings(cfg, torch.device("cuda")) == (True, torch.bfloat16)
     real_step, calls = posenc.running.train.optimizer_step, []
@@ -296,9 +332,13 @@ def test_resume_on_cuda_restores_the_exact_training_state(tmp_path, monkeypatch)
 
     def restore_and_look(state, model, optimizer, scheduler, data, run_dir):
         out = real_restore(state, model, optimizer, scheduler, data, run_dir)
-        restored.update(model=copy.deepcopy(model.state_dict()),
-                        optimizer=copy.deepcopy(optimizer.state_dict()), scheduler=scheduler.state_dict(),
-                        rng=rng_states(data), on_cuda=all(p.is_cuda for p in model.parameters()))
+        restored.update(
+            model=copy.deepcopy(model.state_dict()),
+            optimizer=copy.deepcopy(optimizer.state_dict()),
+            scheduler=scheduler.state_dict(),
+            rng=rng_states(data),
+            on_cuda=all(p.is_cuda for p in model.parameters()),
+        )
         return out
 
     monkeypatch.setattr(posenc.running.train, "_restore", restore_and_look)
@@ -342,10 +382,18 @@ def _planted(**error) -> Callable:
     return broken
 
 
-@pytest.mark.parametrize(("name", "dtype"), [("alibi", torch.float32), ("alibi", torch.bfloat16),
-                                             ("t5", torch.bfloat16), ("fire", torch.bfloat16),
-                                             ("fox", torch.float32), ("fox", torch.bfloat16),
-                                             ("rope", torch.bfloat16)])
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [
+        ("alibi", torch.float32),
+        ("alibi", torch.bfloat16),
+        ("t5", torch.bfloat16),
+        ("fire", torch.bfloat16),
+        ("fox", torch.float32),
+        ("fox", torch.bfloat16),
+        ("rope", torch.bfloat16),
+    ],
+)
 def test_the_attention_tolerance_passes_the_real_path_and_fails_planted_errors(name, dtype):
     """On CPU (query blocks, FoX's key bias, fused SDPA; with autograd): the real path is within the
     tolerance; a dropped bias, a bias of the wrong sign, one future key let through, or the wrong scale are
@@ -355,8 +403,7 @@ def test_the_attention_tolerance_passes_the_real_path_and_fails_planted_errors(n
     if name != "rope":
         planted["no bias"] = _planted(drop_bias=True)
         planted["bias sign"] = _planted(bias_sign=-1.0)
-    results = attention_results(name, "cpu", dtype, True, seq, paths={"path": backend_attention("blocked"),
-                                                                      **planted})
+    results = attention_results(name, "cpu", dtype, True, seq, paths={"path": backend_attention("blocked"), **planted})
     assert_attention_matches(results, seq)
     for what in planted:
         rows = attention_errors(results, seq, what)
@@ -384,8 +431,14 @@ def _flex_backward_refusal(score_mod: Callable) -> str | None:
     hop = pytest.importorskip("torch._higher_order_ops.flex_attention")
     wrapped = pytest.importorskip("torch._dynamo._trace_wrapped_higher_order_op")
     lowering = pytest.importorskip("torch._inductor.kernel.flex.flex_attention")
-    if not all(hasattr(m, f) for m, f in ((hop, "create_fw_bw_graph"), (wrapped, "TransformGetItemToIndex"),
-                                          (lowering, "validate_joint_graph"))):
+    if not all(
+        hasattr(m, f)
+        for m, f in (
+            (hop, "create_fw_bw_graph"),
+            (wrapped, "TransformGetItemToIndex"),
+            (lowering, "validate_joint_graph"),
+        )
+    ):
         pytest.skip("this torch has no FlexAttention joint-graph check to run")
     leaves, spec = pytree.tree_flatten([cell.cell_contents for cell in score_mod.__closure__ or ()])
     lifted_at = [i for i, value in enumerate(leaves) if isinstance(value, torch.Tensor)]
@@ -395,8 +448,9 @@ def _flex_backward_refusal(score_mod: Callable) -> str | None:
         for i, tensor in zip(lifted_at, captured):
             values[i] = tensor
         cells = tuple(types.CellType(v) for v in pytree.tree_unflatten(values, spec))
-        rebuilt = types.FunctionType(score_mod.__code__, score_mod.__globals__, score_mod.__name__,
-                                     score_mod.__defaults__, cells)
+        rebuilt = types.FunctionType(
+            score_mod.__code__, score_mod.__globals__, score_mod.__name__, score_mod.__defaults__, cells
+        )
         return rebuilt(score, b, h, q_idx, kv_idx)
 
     indices = (torch.zeros((), requires_grad=True), *(torch.zeros((), dtype=torch.int32) for _ in range(4)))
@@ -409,10 +463,15 @@ def _flex_backward_refusal(score_mod: Callable) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("name", [
-    "alibi", "t5", "kerple",
-    "fire",  # regression, the H200's fire-bf16-train-1100: w1, b1, w2 indexed once per unit were refused
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "alibi",
+        "t5",
+        "kerple",
+        "fire",  # regression, the H200's fire-bf16-train-1100: w1, b1, w2 indexed once per unit were refused
+    ],
+)
 def test_flexattention_can_differentiate_each_score_mod_through_its_captured_tensors(name):
     """A training step past FLEX_MIN_LENGTH on a GPU differentiates the score_mod with respect to the learned
     tensors it captures; inductor refuses some score_mods there (at the first backward, outside

@@ -44,7 +44,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         path.pop()
@@ -93,10 +93,12 @@ MAX_FUNCTION_LINES = 80  # issue 26: a function a newcomer can hold in view, doc
 
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_no_function_is_longer_than_a_screenful(name):
-    long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
-            for node in ast.walk(ast.parse(MODULES[name].read_text()))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(MODULES[name].read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
     assert not long, f"{name}: {', '.join(long)}"
 
 
@@ -104,8 +106,15 @@ def test_no_function_is_longer_than_a_screenful(name):
 # one above. analysis is the results side: torch-free by construction because nothing below it imports torch
 # (test_tables_and_reports_import_no_torch checks the outcome too).
 LAYERS = {
-    "base": ["posenc.errors", "posenc.options", "posenc.files", "posenc.progress", "posenc.task_facts",
-             "posenc.plugins", "posenc.registry"],
+    "base": [
+        "posenc.errors",
+        "posenc.options",
+        "posenc.files",
+        "posenc.progress",
+        "posenc.task_facts",
+        "posenc.plugins",
+        "posenc.registry",
+    ],
     "analysis": ["posenc.analysis"],
     "formulas": ["posenc.functional", "posenc.encoders", "posenc.tasks"],
     "nn": ["posenc.nn"],

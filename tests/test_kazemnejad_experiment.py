@@ -13,7 +13,12 @@ def test_matched_experiment_composes_the_papers_data_and_the_sweep():
 
     cfg = compose_dict(["experiment=kazemnejad_matched"])
     task = cfg["task"]
-    assert (task["length"], task["min_length"], task["variable_length"], task["length_draw"]) == (43, 10, True, "example")
+    assert (task["length"], task["min_length"], task["variable_length"], task["length_draw"]) == (
+        43,
+        10,
+        True,
+        "example",
+    )
     assert task["n_symbols"] == 100 and task["end_token"] is True
     assert cfg["train"]["steps"] == 10000 and cfg["train"]["target_exact_match"] == 0.99
     result = posenc_cli("train", "experiment=kazemnejad_matched", "--cfg", "hydra", cwd=Path.cwd())
@@ -27,8 +32,9 @@ def test_matched_experiment_composes_the_papers_data_and_the_sweep():
     assert "hydra.sweep.dir=$sweep" in Path("scripts/kazemnejad.sh").read_text()
     for name in ("copy", "reverse"):
         for encoder in params["encoder"].split(","):
-            run = run_config_from_dict(compose_dict(["experiment=kazemnejad_matched", f"task={name}",
-                                                     f"encoder={encoder}"]))
+            run = run_config_from_dict(
+                compose_dict(["experiment=kazemnejad_matched", f"task={name}", f"encoder={encoder}"])
+            )
             built, _, _ = run.build()
             assert built.vocab_size == 103 and built.eos == 102
             assert [built.symbols_at(n) for n in run.training_lengths(built)] == [4, 20]

@@ -4,7 +4,6 @@ import math
 
 import pandas as pd
 import pytest
-
 from conftest import load_script
 
 
@@ -14,10 +13,30 @@ def _rows(arm_shift, seeds=(0, 1, 2)):
     for seed in seeds:
         for length in (script.TRAIN_LENGTH, *script.TEST, *script.BEYOND, 100):  # 100: outside every window
             value = 1.0 if length == script.TRAIN_LENGTH else 0.1 * seed + arm_shift + (0.5 if length == 100 else 0)
-            rows.append({"task": "copy", "encoder": "t5", "seed": seed, "eval_length": length, "scaling": "none",
-                         "learned": seed != 2, "steps_to_learn": 3000, "exact_match": value})
-            rows.append({"task": "copy", "encoder": "t5", "seed": seed, "eval_length": length, "scaling": "linear",
-                         "learned": seed != 2, "steps_to_learn": 3000, "exact_match": 9.0})  # not read
+            rows.append(
+                {
+                    "task": "copy",
+                    "encoder": "t5",
+                    "seed": seed,
+                    "eval_length": length,
+                    "scaling": "none",
+                    "learned": seed != 2,
+                    "steps_to_learn": 3000,
+                    "exact_match": value,
+                }
+            )
+            rows.append(
+                {
+                    "task": "copy",
+                    "encoder": "t5",
+                    "seed": seed,
+                    "eval_length": length,
+                    "scaling": "linear",
+                    "learned": seed != 2,
+                    "steps_to_learn": 3000,
+                    "exact_match": 9.0,
+                }
+            )  # not read
     return script, pd.DataFrame(rows)
 
 

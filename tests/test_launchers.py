@@ -18,17 +18,19 @@ ZOO_ONLY = ("cope", "fox", "pope")  # compared in results/zoo (conf/experiment/z
 
 def _finished(sweep: Path) -> dict[str, dict]:
     """task/encoder/seed (the override sub-folder left out) -> metrics of each finished run."""
-    return {"/".join(p.parent.relative_to(sweep).parts[:3]):
-            json.loads(p.read_text()) for p in sweep.rglob(METRICS_FILE)}
+    return {
+        "/".join(p.parent.relative_to(sweep).parts[:3]): json.loads(p.read_text()) for p in sweep.rglob(METRICS_FILE)
+    }
 
 
-@pytest.mark.parametrize(("experiment", "tasks", "layers"),
-                         [("headline", "copy,reverse", 3), ("headline_retrieval", "retrieval", 2)])
+@pytest.mark.parametrize(
+    ("experiment", "tasks", "layers"), [("headline", "copy,reverse", 3), ("headline_retrieval", "retrieval", 2)]
+)
 def test_headline_experiments_compose_the_published_sweep(experiment, tasks, layers):
     """The headline's two experiment files: every registry encoder (but rope_ntk) x their tasks x 3 seeds,
     into one sweep folder, with the protocol's budget and model."""
-    from posenc.running.config import run_config_from_dict
     from posenc.encoders import ENCODERS
+    from posenc.running.config import run_config_from_dict
 
     cfg = compose_dict([f"experiment={experiment}"])
     assert cfg["encoder"]["name"] == "rope" and cfg["task"]["length"] == 32 and cfg["model"]["d_model"] == 64
@@ -44,12 +46,17 @@ def test_headline_experiments_compose_the_published_sweep(experiment, tasks, lay
     # schedule (a pattern of the others, for the user to choose) and the 2026 data-dependent encoders, which the
     # zoo experiment trains on copy beside rope and nope (a later addition; the headline stays re-runnable in
     # its wall time)
-    assert sorted(encoders) == sorted(name for name in ENCODERS.builtins()  # an installed plugin is no baseline
-                                      if name not in ("rope_ntk", "schedule", *ZOO_ONLY))
+    assert sorted(encoders) == sorted(
+        name
+        for name in ENCODERS.builtins()  # an installed plugin is no baseline
+        if name not in ("rope_ntk", "schedule", *ZOO_ONLY)
+    )
     assert params["task"] == tasks and params["seed"] == "0,1,2"
     for task in params["task"].split(","):  # every job of the sweep is a valid configuration
         for encoder in encoders:
-            run_config_from_dict(compose_dict([f"experiment={experiment}", f"task={task}", f"encoder={encoder}"])).build()
+            run_config_from_dict(
+                compose_dict([f"experiment={experiment}", f"task={task}", f"encoder={encoder}"])
+            ).build()
     # a plain `-m` sweeps into a new folder; scripts/headline.sh names the record's
     assert hydra["sweep"]["dir"] == "${paths.results}/multirun/${now:%Y%m%d-%H%M%S}"
 
@@ -68,8 +75,7 @@ def test_zoo_and_headline_together_cover_the_registry():
 
 
 def test_slurm_preset_selects_the_submitit_slurm_launcher(tmp_path):
-    result = posenc_cli("train", "hydra/launcher=slurm", "hydra.launcher.partition=gpu", "--cfg", "hydra",
-                        cwd=tmp_path)
+    result = posenc_cli("train", "hydra/launcher=slurm", "hydra.launcher.partition=gpu", "--cfg", "hydra", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     launcher = yaml.safe_load(result.stdout)["hydra"]["launcher"]
     assert launcher["_target_"].endswith("SlurmLauncher")
@@ -87,7 +93,8 @@ def test_slurm_preset_exports_posenc_plugins_to_its_jobs(tmp_path, monkeypatch):
     result = posenc_cli(*args, "--cfg", "hydra", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert yaml.safe_load(result.stdout)["hydra"]["launcher"]["setup"] == [
-        "export POSENC_PLUGINS='${oc.env:POSENC_PLUGINS,}'"]
+        "export POSENC_PLUGINS='${oc.env:POSENC_PLUGINS,}'"
+    ]
     monkeypatch.setenv("POSENC_PLUGINS", os.path.relpath(plugin, tmp_path))
     result = posenc_cli(*args, "--cfg", "all", "--resolve", cwd=tmp_path)  # the hydra node alone cannot resolve
     assert result.returncode == 0, result.stderr
@@ -98,8 +105,15 @@ def test_joblib_runs_jobs_in_parallel_without_bars_and_keeps_every_result(tmp_pa
     """Two jobs train at once, each into its own run directory; a diverging third job fails alone."""
     sweep = tmp_path / "sweep"
     result = posenc_cli(
-        "train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "encoder=rope,alibi", *TINY,
-        f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=600,
+        "train",
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "encoder=rope,alibi",
+        *TINY,
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr
     done = _finished(sweep)
@@ -107,8 +121,17 @@ def test_joblib_runs_jobs_in_parallel_without_bars_and_keeps_every_result(tmp_pa
     for config in sweep.rglob("config.yaml"):
         assert yaml.safe_load(config.read_text())["progress"] is False
     failing = posenc_cli(
-        "train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "encoder=xpos", *TINY,
-        "train.lr=1e30,0.003", "train.warmup_steps=0", f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=600,
+        "train",
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "encoder=xpos",
+        *TINY,
+        "train.lr=1e30,0.003",
+        "train.warmup_steps=0",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+        timeout=600,
     )
     assert failing.returncode != 0  # the sweep reports its failure ...
     assert "loss became non-finite" in failing.stderr + failing.stdout
@@ -123,8 +146,14 @@ def test_joblib_runs_jobs_in_parallel_without_bars_and_keeps_every_result(tmp_pa
 def test_submitit_local_runs_real_submitit_jobs(tmp_path):
     sweep = tmp_path / "sweep"
     result = posenc_cli(
-        "train", "-m", "hydra/launcher=submitit_local", "encoder=nope,learned", *TINY, f"hydra.sweep.dir={sweep}",
-        cwd=tmp_path, timeout=600,
+        "train",
+        "-m",
+        "hydra/launcher=submitit_local",
+        "encoder=nope,learned",
+        *TINY,
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr
     assert sorted(_finished(sweep)) == ["copy/learned/seed0", "copy/nope/seed0"]

@@ -21,12 +21,16 @@ def test_extrapolate_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_pat
     monkeypatch.chdir(tmp_path)
     learned_run(tmp_path / "run")
     monkeypatch.setattr(posenc.progress, "LINE_SECONDS", 0.0)  # a line at every step (5 s apart by default)
-    result = runner.invoke(app, ["extrapolate", "--runs", "run", "--lengths", "16,24,32", "--sequences", "4",
-                                 "--out", "tables"])
+    result = runner.invoke(
+        app, ["extrapolate", "--runs", "run", "--lengths", "16,24,32", "--sequences", "4", "--out", "tables"]
+    )
     assert result.exit_code == 0, result.output
     lines = [line for line in result.stderr.splitlines() if line.startswith("evaluate ")]
     assert [line.split(" s")[0].rsplit(",", 1)[0] for line in lines] == [
-        "evaluate 1/3 (33%) rope/copy @ 16", "evaluate 2/3 (67%) rope/copy @ 24", "evaluate 3/3 (100%) rope/copy @ 32"]
+        "evaluate 1/3 (33%) rope/copy @ 16",
+        "evaluate 2/3 (67%) rope/copy @ 24",
+        "evaluate 3/3 (100%) rope/copy @ 32",
+    ]
 
 
 def test_runs_never_cuts_numbers_in_a_100_column_terminal(tmp_path, monkeypatch, capsys):
@@ -37,13 +41,28 @@ def test_runs_never_cuts_numbers_in_a_100_column_terminal(tmp_path, monkeypatch,
     import posenc.analysis.printing
     from posenc.analysis.run_folder import TRAINING_COLUMNS
 
-    row = {"run": "results/runs/copy/rope/seed0/train.lr=0.001,train.steps=4000", "encoder": "rope_partial",
-           "task": "retrieval", "train_length": 64, "seed": 2, "learned": True, "steps_to_learn": 1250,
-           "steps": 1250, "budget": 4000, "train_seconds": 123.456, "exact_match": 0.991, "token_accuracy": 0.998,
-           "loss": 0.0123, "n_sequences": 512, "device": "cpu"}
+    row = {
+        "run": "results/runs/copy/rope/seed0/train.lr=0.001,train.steps=4000",
+        "encoder": "rope_partial",
+        "task": "retrieval",
+        "train_length": 64,
+        "seed": 2,
+        "learned": True,
+        "steps_to_learn": 1250,
+        "steps": 1250,
+        "budget": 4000,
+        "train_seconds": 123.456,
+        "exact_match": 0.991,
+        "token_accuracy": 0.998,
+        "loss": 0.0123,
+        "n_sequences": 512,
+        "device": "cpu",
+    }
     table = pd.DataFrame([row], columns=TRAINING_COLUMNS)
     monkeypatch.setenv("COLUMNS", "100")
-    monkeypatch.setattr(posenc.analysis.printing, "sys", types.SimpleNamespace(stdout=types.SimpleNamespace(isatty=lambda: True)))
+    monkeypatch.setattr(
+        posenc.analysis.printing, "sys", types.SimpleNamespace(stdout=types.SimpleNamespace(isatty=lambda: True))
+    )
     posenc.analysis.printing.print_table(table)
     shown = capsys.readouterr().out
     assert "…" not in shown, shown
@@ -68,12 +87,20 @@ def test_a_run_that_did_not_learn_is_evaluated_past_its_training_length_when_ask
     assert set(table["eval_length"]) == {16, 32} and not table["learned"].any()  # still marked not learned
 
 
-@pytest.mark.parametrize("args, sentence", [
-    (["extrapolate", "--help"], "accuracy by answer position in positions.parquet. With --rope-scaling, rotary runs"),
-    (["--help"], "mean and 95% interval per encoder, task and length"),  # the list of commands
-    (["kernels", "--help"], "Encoders with learned parameters are drawn only from trained runs (--runs), with their "
-                            "own shape."),
-])
+@pytest.mark.parametrize(
+    "args, sentence",
+    [
+        (
+            ["extrapolate", "--help"],
+            "accuracy by answer position in positions.parquet. With --rope-scaling, rotary runs",
+        ),
+        (["--help"], "mean and 95% interval per encoder, task and length"),  # the list of commands
+        (
+            ["kernels", "--help"],
+            "Encoders with learned parameters are drawn only from trained runs (--runs), with their own shape.",
+        ),
+    ],
+)
 def test_help_text_flows_to_the_terminal_width_not_the_source_lines(args, sentence):
     result = runner.invoke(app, args, terminal_width=250)  # click's test runner fixes 80 columns otherwise
     assert result.exit_code == 0, result.output
@@ -115,8 +142,14 @@ def test_not_learned_hint_names_the_option_for_a_comparison_too():
 
     from posenc.cli.app import NOT_LEARNED_HINT, not_learned_hint
 
-    rows = pd.DataFrame({"task": ["copy", "copy", "lm"], "learned": [False, True, False],
-                         "train_length": [16, 16, 128], "eval_length": [16, 32, 128]})
+    rows = pd.DataFrame(
+        {
+            "task": ["copy", "copy", "lm"],
+            "learned": [False, True, False],
+            "train_length": [16, 16, 128],
+            "eval_length": [16, 32, 128],
+        }
+    )
     assert not_learned_hint(rows, None) == NOT_LEARNED_HINT
     assert "--include-not-learned" in NOT_LEARNED_HINT
     assert not_learned_hint(rows, [16]) is None  # nothing past the training length was asked for
@@ -135,8 +168,10 @@ def test_progress_lines_off_a_terminal_carry_total_share_elapsed_and_eta(monkeyp
         bar.update(job, advance=1, current="rope/copy @ 64")
         bar.update(job, advance=1, current="rope/copy @ 128")
     lines = capsys.readouterr().err.splitlines()
-    assert lines == ["evaluate 1/4 (25%) rope/copy @ 64, 10 s elapsed, ETA 30 s",
-                     "evaluate 2/4 (50%) rope/copy @ 128, 20 s elapsed, ETA 20 s"], lines
+    assert lines == [
+        "evaluate 1/4 (25%) rope/copy @ 64, 10 s elapsed, ETA 30 s",
+        "evaluate 2/4 (50%) rope/copy @ 128, 20 s elapsed, ETA 20 s",
+    ], lines
     assert posenc.progress.duration(3725) == "1 h 02 min" and posenc.progress.duration(185) == "3 min 05 s"
     assert posenc.progress.fraction(150, 1_000_000) == "150/1000000 (0%)"  # a long budget in full, not 1e+06
 

@@ -41,7 +41,10 @@ def test_the_main_job_depends_on_no_test_tracking_or_launcher_package():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     names = {re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0].lower() for dep in project["dependencies"]}
     extras = project["optional-dependencies"]
-    optional = {re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0].lower() for key in ("test", "tracking", "launchers")
-                for dep in extras[key]} - {"posenc"}
+    optional = {
+        re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0].lower()
+        for key in ("test", "tracking", "launchers")
+        for dep in extras[key]
+    } - {"posenc"}
     assert {"wandb", "mlflow-skinny", "tensorboard", "pytest"} <= optional
     assert not names & optional, names & optional

@@ -99,8 +99,9 @@ def test_decorator_registers_a_subclass_that_builds_with_its_options(fresh):
     with pytest.raises(ConfigError, match="encoder 'inline' has no option 'height' \\(its options: width\\)"):
         fresh.encoders.build("inline", SHAPE, 16, options={"height": 1})
     origin = fresh.encoders.origin("inline")
-    assert origin.kind == "module" and origin.object.endswith(":test_decorator_registers_a_subclass_that_builds_"
-                                                               "with_its_options.<locals>.Inline")
+    assert origin.kind == "module" and origin.object.endswith(
+        ":test_decorator_registers_a_subclass_that_builds_with_its_options.<locals>.Inline"
+    )
     assert fresh.encoders.origin("rope") is None and fresh.encoders.builtins() == ENCODERS.builtins()
     assert "inline" not in fresh.encoders.builtins()
 
@@ -116,14 +117,18 @@ def test_file_plugin_registers_with_the_file_as_its_origin(fresh, tmp_path, monk
 
 
 def test_a_task_plugin_joins_the_task_registry(fresh, tmp_path, monkeypatch):
-    path = write(tmp_path, "mytask.py", """
+    path = write(
+        tmp_path,
+        "mytask.py",
+        """
         import posenc
         from posenc.tasks.synthetic import Copy
 
         @posenc.register_task("shout")
         class Shout(Copy):
             description = "copy, louder"
-    """)
+    """,
+    )
     use_env(monkeypatch, path)
     fresh.tasks.check("shout")
     assert fresh.tasks.build("shout", options={"n_symbols": 4}).vocab_size == 6
@@ -144,8 +149,9 @@ def test_key_of_a_builtin_is_refused_and_the_builtin_stays(fresh, tmp_path, monk
     use_env(monkeypatch, path)
     with pytest.raises(ConfigError) as err:
         fresh.encoders.check("rope")
-    assert one_line(err) == (f"POSENC_PLUGINS: encoder plugin 'rope' (file {path} (mine:Mine)): the key is taken by "
-                             "a posenc built-in")
+    assert one_line(err) == (
+        f"POSENC_PLUGINS: encoder plugin 'rope' (file {path} (mine:Mine)): the key is taken by a posenc built-in"
+    )
     assert fresh.encoders.origin("rope") is None and fresh.encoders["rope"].__name__ == "RoPE"
 
 
@@ -178,10 +184,20 @@ def test_a_plugin_module_name_is_the_same_in_every_process(tmp_path):
     not ``hash()``, which differs between processes)."""
     encoder_file(tmp_path)
     second = encoder_file(tmp_path / "b")
-    code = ("import sys; sys.modules['mine'] = sys; from pathlib import Path; "
-            f"from posenc.plugins import module_name; print(module_name(Path({str(second)!r})))")
-    names = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip() for seed in ("1", "2")}
+    code = (
+        "import sys; sys.modules['mine'] = sys; from pathlib import Path; "
+        f"from posenc.plugins import module_name; print(module_name(Path({str(second)!r})))"
+    )
+    names = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }
     assert len(names) == 1 and names.pop().startswith("posenc_plugin_mine_")
 
 
@@ -199,36 +215,49 @@ def test_malformed_key(fresh, tmp_path, monkeypatch, key):
     use_env(monkeypatch, path)
     with pytest.raises(ConfigError) as err:
         fresh.encoders.check("rope")
-    assert one_line(err) == (f"POSENC_PLUGINS: encoder plugin {key!r} (file {path} (mine:Mine)): a key is lowercase "
-                             "letters, digits and _, starting with a letter, at most 48 characters")
+    assert one_line(err) == (
+        f"POSENC_PLUGINS: encoder plugin {key!r} (file {path} (mine:Mine)): a key is lowercase "
+        "letters, digits and _, starting with a letter, at most 48 characters"
+    )
 
 
 def test_class_that_is_not_a_subclass(fresh, tmp_path, monkeypatch):
-    path = write(tmp_path, "plain.py", """
+    path = write(
+        tmp_path,
+        "plain.py",
+        """
         import posenc
 
         @posenc.register_encoder("plain")
         class Plain:
             pass
-    """)
+    """,
+    )
     use_env(monkeypatch, path)
     with pytest.raises(ConfigError) as err:
         fresh.encoders.check("plain")
-    assert one_line(err) == (f"POSENC_PLUGINS: encoder plugin 'plain' (file {path} (plain:Plain)): <class "
-                             "'plain.Plain'> is not a subclass of posenc.encoders.PositionalEncoder")
+    assert one_line(err) == (
+        f"POSENC_PLUGINS: encoder plugin 'plain' (file {path} (plain:Plain)): <class "
+        "'plain.Plain'> is not a subclass of posenc.encoders.PositionalEncoder"
+    )
     with pytest.raises(ConfigError, match="is not a subclass of posenc.tasks.Task"):
         plugins.register_task("plain_task")(type("NotATask", (), {}))
 
 
 def test_module_that_fails_to_import_names_its_line_and_takes_back_what_it_registered(fresh, tmp_path, monkeypatch):
-    path = write(tmp_path, "halfway.py", ENCODER.format(key="halfway", cls="Halfway") + """
+    path = write(
+        tmp_path,
+        "halfway.py",
+        ENCODER.format(key="halfway", cls="Halfway")
+        + """
 
 def helper():
     raise RuntimeError("no GPU here")
 
 
 helper()
-""")
+""",
+    )
     use_env(monkeypatch, path)
     with pytest.raises(ConfigError) as err:
         fresh.encoders.check("rope")
@@ -251,8 +280,9 @@ def test_module_entry_that_fails_names_its_file_and_line(fresh, tmp_path, monkey
     use_env(monkeypatch, "mymod")
     with pytest.raises(ConfigError) as err:
         fresh.encoders.check("rope")
-    assert one_line(err) == ("POSENC_PLUGINS: cannot import mymod: ValueError: bad option table "
-                             f"({tmp_path}/mymod.py line 2)")
+    assert one_line(err) == (
+        f"POSENC_PLUGINS: cannot import mymod: ValueError: bad option table ({tmp_path}/mymod.py line 2)"
+    )
 
 
 @pytest.mark.parametrize("entry", ["missing.py", "no_such_module_for_posenc"])
@@ -261,8 +291,11 @@ def test_missing_file_or_module(fresh, tmp_path, monkeypatch, entry):
     use_env(monkeypatch, entry)
     with pytest.raises(ConfigError) as err:
         fresh.encoders.check("rope")
-    want = (f"POSENC_PLUGINS: no plugin file {tmp_path / entry}" if entry.endswith(".py") else
-            f"POSENC_PLUGINS: cannot import {entry}: ModuleNotFoundError: No module named '{entry}'")
+    want = (
+        f"POSENC_PLUGINS: no plugin file {tmp_path / entry}"
+        if entry.endswith(".py")
+        else f"POSENC_PLUGINS: cannot import {entry}: ModuleNotFoundError: No module named '{entry}'"
+    )
     assert one_line(err) == want
 
 
@@ -280,12 +313,14 @@ def test_listing_shows_plugins_with_their_origin_and_broken_ones_as_a_line(fresh
     bad = write(tmp_path, "bad.py", "import posenc\nraise ImportError('needs flash_attn')\n")
     use_env(monkeypatch, good, bad, tmp_path / "gone.py")
     rows = plugins.listing(fresh.encoders)
-    assert rows[: len(ENCODERS.builtins())] == [(k, plugins.description(ENCODERS[k]), "built-in")
-                                                for k in ENCODERS.builtins()]
+    assert rows[: len(ENCODERS.builtins())] == [
+        (k, plugins.description(ENCODERS[k]), "built-in") for k in ENCODERS.builtins()
+    ]
     assert ("mine", "my encoder, first line", f"plugin: file {good} (mine:Mine)") in rows
-    assert rows[-2:] == [("", f"error: POSENC_PLUGINS: cannot import {bad}: ImportError: needs flash_attn (line 2)",
-                          "plugin"),
-                         ("", f"error: POSENC_PLUGINS: no plugin file {tmp_path / 'gone.py'}", "plugin")]
+    assert rows[-2:] == [
+        ("", f"error: POSENC_PLUGINS: cannot import {bad}: ImportError: needs flash_attn (line 2)", "plugin"),
+        ("", f"error: POSENC_PLUGINS: no plugin file {tmp_path / 'gone.py'}", "plugin"),
+    ]
     # the command prints them and returns (exit 0); a strict read (any other command) stops on the first
     import posenc.cli.app
     import posenc.encoders
@@ -344,8 +379,9 @@ def test_entry_point_is_imported_only_when_its_key_is_used(fresh, site):
     assert "mypkg" not in sys.modules
     assert fresh.encoders.build("mine", SHAPE, 16, options={"width": 7}).width == 7  # its use: imported now
     assert "mypkg" in sys.modules
-    assert plugins.provenance("mine", "copy") == {"encoder": {"origin": "entry point", "source": "mypkg 0.1",
-                                                              "object": "mypkg:Mine"}}
+    assert plugins.provenance("mine", "copy") == {
+        "encoder": {"origin": "entry point", "source": "mypkg 0.1", "object": "mypkg:Mine"}
+    }
 
 
 def test_listing_imports_entry_points_to_describe_them(fresh, site):
@@ -358,45 +394,65 @@ def test_listing_imports_entry_points_to_describe_them(fresh, site):
 
 
 def test_broken_entry_points_are_one_line_each_and_the_listing_goes_on(fresh, site):
-    install(site, "mypkg", "mypkg", PLAIN_ENCODER + "\n\nimport flash_attn_for_posenc_tests\n", """
+    install(
+        site,
+        "mypkg",
+        "mypkg",
+        PLAIN_ENCODER + "\n\nimport flash_attn_for_posenc_tests\n",
+        """
         [posenc.encoders]
         mine = mypkg:Mine
         gone = mypkg_nowhere:Mine
         not_a_class = mypkg:PLAIN_ENCODER_VALUE
         Bad-Key = mypkg:Mine
         rope = mypkg:Mine
-    """)
+    """,
+    )
     install(site, "otherpkg", "otherpkg", PLAIN_ENCODER, "[posenc.encoders]\nworks = otherpkg:Mine\n")
     fresh.encoders.check("rope")  # a plugin claiming a built-in's key leaves the built-in as it is
     assert fresh.encoders["rope"].__name__ == "RoPE" and fresh.encoders.origin("rope") is None
     with pytest.raises(ConfigError) as err:
         fresh.encoders.build("mine", SHAPE, 16)
-    assert one_line(err) == ("encoder plugin 'mine' (entry point mypkg 0.1 (mypkg:Mine)): cannot import it: "
-                             "ModuleNotFoundError: No module named 'flash_attn_for_posenc_tests' "
-                             f"({site / 'mypkg.py'} line 12)")
+    assert one_line(err) == (
+        "encoder plugin 'mine' (entry point mypkg 0.1 (mypkg:Mine)): cannot import it: "
+        "ModuleNotFoundError: No module named 'flash_attn_for_posenc_tests' "
+        f"({site / 'mypkg.py'} line 12)"
+    )
     with pytest.raises(ConfigError, match="^encoder plugin 'mine' .*cannot import it"):
         fresh.encoders.check("mine")  # known broken now: its line again, not "unknown"
     rows = plugins.listing(fresh.encoders)
     texts = {key: text for key, text, _ in rows if key}
     assert texts["works"] == "an installed encoder"
-    assert texts["gone"] == ("error: encoder plugin 'gone' (entry point mypkg 0.1 (mypkg_nowhere:Mine)): cannot import "
-                             "it: ModuleNotFoundError: No module named 'mypkg_nowhere'")
+    assert texts["gone"] == (
+        "error: encoder plugin 'gone' (entry point mypkg 0.1 (mypkg_nowhere:Mine)): cannot import "
+        "it: ModuleNotFoundError: No module named 'mypkg_nowhere'"
+    )
     assert texts["mine"].startswith("error: encoder plugin 'mine'")
     lines = [text for key, text, _ in rows if not key]
-    assert ("error: encoder plugin 'rope' (entry point mypkg 0.1 (mypkg:Mine)): the key is taken by a posenc "
-            "built-in") in lines
-    assert ("error: encoder plugin 'Bad-Key' (entry point mypkg 0.1 (mypkg:Mine)): a key is lowercase letters, "
-            "digits and _, starting with a letter, at most 48 characters") in lines
+    assert (
+        "error: encoder plugin 'rope' (entry point mypkg 0.1 (mypkg:Mine)): the key is taken by a posenc built-in"
+    ) in lines
+    assert (
+        "error: encoder plugin 'Bad-Key' (entry point mypkg 0.1 (mypkg:Mine)): a key is lowercase letters, "
+        "digits and _, starting with a letter, at most 48 characters"
+    ) in lines
     assert all("\n" not in text for _, text, _ in rows)
 
 
 def test_entry_point_whose_object_is_not_a_subclass(fresh, site):
-    install(site, "mypkg", "mypkg", "class Mine:\n    pass\n\nNUMBER = 3\n",
-            "[posenc.encoders]\nmine = mypkg:Mine\nnumber = mypkg:NUMBER\n")
+    install(
+        site,
+        "mypkg",
+        "mypkg",
+        "class Mine:\n    pass\n\nNUMBER = 3\n",
+        "[posenc.encoders]\nmine = mypkg:Mine\nnumber = mypkg:NUMBER\n",
+    )
     with pytest.raises(ConfigError) as err:
         fresh.encoders.check("mine") or fresh.encoders["mine"]
-    assert one_line(err) == ("encoder plugin 'mine' (entry point mypkg 0.1 (mypkg:Mine)): <class 'mypkg.Mine'> is not "
-                             "a subclass of posenc.encoders.PositionalEncoder")
+    assert one_line(err) == (
+        "encoder plugin 'mine' (entry point mypkg 0.1 (mypkg:Mine)): <class 'mypkg.Mine'> is not "
+        "a subclass of posenc.encoders.PositionalEncoder"
+    )
     with pytest.raises(ConfigError, match="'number' .*: 3 is not a subclass"):
         fresh.encoders["number"]
 
@@ -406,16 +462,25 @@ def test_two_distributions_claiming_one_key_leave_it_unusable_naming_both(fresh,
     install(site, "otherpkg", "otherpkg", PLAIN_ENCODER, "[posenc.encoders]\nmine = otherpkg:Mine\n")
     with pytest.raises(ConfigError) as err:
         fresh.encoders.check("mine")
-    found = re.fullmatch(r"encoder plugin 'mine' \(entry point (\w+) 0\.1 \((\1):Mine\)\): the key is taken by "
-                         r"entry point (\w+) 0\.1 \((\3):Mine\)", one_line(err))
+    found = re.fullmatch(
+        r"encoder plugin 'mine' \(entry point (\w+) 0\.1 \((\1):Mine\)\): the key is taken by "
+        r"entry point (\w+) 0\.1 \((\3):Mine\)",
+        one_line(err),
+    )
     assert found and {found[1], found[3]} == {"mypkg", "otherpkg"}
     assert [text for key, text, _ in plugins.listing(fresh.encoders) if key == "mine"] == [f"error: {err.value}"]
 
 
 def test_odd_distribution_metadata_still_gives_an_origin(fresh, site):
     install(site, "nometa", "nometa", PLAIN_ENCODER, "[posenc.encoders]\nno_meta = nometa:Mine\n", metadata="")
-    install(site, "noversion", "noversion", PLAIN_ENCODER, "[posenc.encoders]\nno_version = noversion:Mine\n",
-            metadata="Metadata-Version: 2.1\nName: noversion\n")
+    install(
+        site,
+        "noversion",
+        "noversion",
+        PLAIN_ENCODER,
+        "[posenc.encoders]\nno_version = noversion:Mine\n",
+        metadata="Metadata-Version: 2.1\nName: noversion\n",
+    )
     install(site, "spaced", "spaced", PLAIN_ENCODER, "[posenc.encoders]\nspaced = spaced : Mine [extra]\n")
     assert fresh.encoders.origin("no_meta") == plugins.Origin("entry point", "nometa", "nometa:Mine")
     assert fresh.encoders.origin("no_version") == plugins.Origin("entry point", "noversion", "noversion:Mine")
@@ -454,22 +519,31 @@ def test_posenc_plugins_naming_an_installed_plugin_again_is_a_collision(fresh, s
 
 def test_a_file_plugin_importing_an_installed_plugin_to_extend_it(fresh, site, tmp_path, monkeypatch):
     install(site, "mypkg", "mypkg", DECORATED_ENCODER, "[posenc.encoders]\nmine = mypkg:Mine\n")
-    path = write(tmp_path, "wider.py", """
+    path = write(
+        tmp_path,
+        "wider.py",
+        """
         import posenc
         from mypkg import Mine
 
         @posenc.register_encoder("wider")
         class Wider(Mine):
             pass
-    """)
+    """,
+    )
     use_env(monkeypatch, path)
     fresh.encoders.check("wider")
     assert fresh.encoders.origin("mine").kind == "entry point" and fresh.encoders.origin("wider").kind == "file"
 
 
 def test_task_entry_points(fresh, site):
-    install(site, "mytasks", "mytasks", "from posenc.tasks.synthetic import Copy\n\n\nclass Shout(Copy):\n    pass\n",
-            "[posenc.tasks]\nshout = mytasks:Shout\n")
+    install(
+        site,
+        "mytasks",
+        "mytasks",
+        "from posenc.tasks.synthetic import Copy\n\n\nclass Shout(Copy):\n    pass\n",
+        "[posenc.tasks]\nshout = mytasks:Shout\n",
+    )
     fresh.tasks.check("shout")
     assert "mytasks" not in sys.modules and "shout" not in fresh.encoders
     assert fresh.tasks.build("shout").vocab_size == 18
@@ -481,21 +555,26 @@ def test_run_identity_does_not_depend_on_where_the_plugin_code_lives():
 
     config = tiny_dict()
     config["encoder"] = {"name": "log_alibi", "scale": 2.0}
-    file = {"encoder": {"origin": "file", "source": "/home/me/posenc_log_alibi.py",
-                        "object": "posenc_log_alibi:LogALiBi"}}
-    package = {"encoder": {"origin": "entry point", "source": "posenc-log-alibi 0.1.0",
-                           "object": "posenc_log_alibi:LogALiBi"}}
+    file = {
+        "encoder": {"origin": "file", "source": "/home/me/posenc_log_alibi.py", "object": "posenc_log_alibi:LogALiBi"}
+    }
+    package = {
+        "encoder": {"origin": "entry point", "source": "posenc-log-alibi 0.1.0", "object": "posenc_log_alibi:LogALiBi"}
+    }
     identities = {run_identity({**config, "plugins": p}) for p in (file, package)} | {run_identity(config)}
     assert len(identities) == 1
     other = {**config, "encoder": {"name": "log_alibi", "scale": 3.0}, "plugins": file}
     assert run_identity(other) not in identities
 
 
-@pytest.mark.parametrize(("origin", "how"), [
-    ({"origin": "file", "source": "/x/mine.py", "object": "mine:Mine"}, "POSENC_PLUGINS=/x/mine.py"),
-    ({"origin": "entry point", "source": "mypkg 0.1", "object": "mypkg:Mine"}, "install mypkg 0.1"),
-    ({"origin": "module", "source": "mymod", "object": "mymod:Mine"}, "POSENC_PLUGINS=mymod"),
-])
+@pytest.mark.parametrize(
+    ("origin", "how"),
+    [
+        ({"origin": "file", "source": "/x/mine.py", "object": "mine:Mine"}, "POSENC_PLUGINS=/x/mine.py"),
+        ({"origin": "entry point", "source": "mypkg 0.1", "object": "mypkg:Mine"}, "install mypkg 0.1"),
+        ({"origin": "module", "source": "mymod", "object": "mymod:Mine"}, "POSENC_PLUGINS=mymod"),
+    ],
+)
 def test_run_of_a_plugin_not_loaded_here_says_how_to_load_it(origin, how):
     from posenc.running.config import run_config_from_dict
 
@@ -504,21 +583,27 @@ def test_run_of_a_plugin_not_loaded_here_says_how_to_load_it(origin, how):
     config["plugins"] = {"encoder": origin}
     with pytest.raises(ConfigError) as err:
         run_config_from_dict(config)
-    assert one_line(err) == (f"encoder 'mine' is a plugin ({origin['object']} from {origin['origin']} "
-                             f"{origin['source']}) that is not loaded here: {how}")
+    assert one_line(err) == (
+        f"encoder 'mine' is a plugin ({origin['object']} from {origin['origin']} "
+        f"{origin['source']}) that is not loaded here: {how}"
+    )
 
 
 # -- the command, in subprocesses (POSENC_PLUGINS of their own) ------------------------------------------------
 def posenc(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     full = {**os.environ, "COLUMNS": "250", **env}
     full.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, "-m", "posenc", *args], cwd=cwd, env=full, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "posenc", *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.integration
 def test_plugin_task_trains_like_a_builtin(tmp_path):
-    path = write(tmp_path, "mytask.py", """
+    path = write(
+        tmp_path,
+        "mytask.py",
+        """
         import posenc
         from posenc.tasks.synthetic import Copy
 
@@ -529,10 +614,19 @@ def test_plugin_task_trains_like_a_builtin(tmp_path):
             def __init__(self, *, n_symbols: int = 16, volume: int = 1) -> None:
                 super().__init__(n_symbols=n_symbols)
                 self.volume = volume
-    """)
+    """,
+    )
     env = {plugins.ENV: str(path)}
-    result = posenc("train", "task=shout", "task.volume=3", "encoder=alibi", *TINY, f"paths.results={tmp_path}",
-                    cwd=tmp_path, env=env)
+    result = posenc(
+        "train",
+        "task=shout",
+        "task.volume=3",
+        "encoder=alibi",
+        *TINY,
+        f"paths.results={tmp_path}",
+        cwd=tmp_path,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     config = yaml.safe_load(next((tmp_path / "runs" / "shout" / "alibi").rglob("config.yaml")).read_text())
     assert config["task"]["name"] == "shout" and config["task"]["volume"] == 3 and config["task"]["length"] == 16
@@ -546,8 +640,13 @@ def test_plugin_task_trains_like_a_builtin(tmp_path):
 def test_training_a_builtin_imports_no_installed_plugin(tmp_path):
     site = tmp_path / "site"
     marker = tmp_path / "imported"
-    install(site, "mypkg", "mypkg", f"from pathlib import Path\nPath({str(marker)!r}).touch()\n" + PLAIN_ENCODER,
-            "[posenc.encoders]\nmine = mypkg:Mine\n")
+    install(
+        site,
+        "mypkg",
+        "mypkg",
+        f"from pathlib import Path\nPath({str(marker)!r}).touch()\n" + PLAIN_ENCODER,
+        "[posenc.encoders]\nmine = mypkg:Mine\n",
+    )
     env = {"PYTHONPATH": str(site)}
     result = posenc("train", "encoder=mine", "encoder.width=4", *TINY, "--cfg", "job", cwd=tmp_path, env=env)
     assert result.returncode == 0 and yaml.safe_load(result.stdout)["encoder"] == {"name": "mine", "width": 4}
@@ -559,12 +658,19 @@ def test_training_a_builtin_imports_no_installed_plugin(tmp_path):
 
 
 def test_entry_point_module_registering_its_key_for_another_class_is_a_collision(fresh, site):
-    install(site, "mypkg", "mypkg", DECORATED_ENCODER + "\n\nclass Other(Mine):\n    pass\n",
-            "[posenc.encoders]\nmine = mypkg:Other\n")
+    install(
+        site,
+        "mypkg",
+        "mypkg",
+        DECORATED_ENCODER + "\n\nclass Other(Mine):\n    pass\n",
+        "[posenc.encoders]\nmine = mypkg:Other\n",
+    )
     with pytest.raises(ConfigError) as err:
         fresh.encoders["mine"]
-    assert one_line(err) == ("encoder plugin 'mine' (entry point mypkg 0.1 (mypkg:Mine)): the key is taken by entry "
-                             "point mypkg 0.1 (mypkg:Other)")
+    assert one_line(err) == (
+        "encoder plugin 'mine' (entry point mypkg 0.1 (mypkg:Mine)): the key is taken by entry "
+        "point mypkg 0.1 (mypkg:Other)"
+    )
     assert "mine" in fresh.encoders and fresh.encoders.origin("mine").object == "mypkg:Other"
     with pytest.raises(ConfigError, match="the key is taken by entry point mypkg 0.1"):
         fresh.encoders.check("mine")

@@ -31,8 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "log_alibi"
 PLUGIN_FILE = EXAMPLE / "posenc_log_alibi.py"
 FILE_ORIGIN = {"origin": "file", "source": str(PLUGIN_FILE), "object": "posenc_log_alibi:LogALiBi"}
-PACKAGE_ORIGIN = {"origin": "entry point", "source": "posenc-log-alibi 0.1.0",
-                  "object": "posenc_log_alibi:LogALiBi"}
+PACKAGE_ORIGIN = {"origin": "entry point", "source": "posenc-log-alibi 0.1.0", "object": "posenc_log_alibi:LogALiBi"}
 # A rotary plugin: RoPE's rotations under a key of its own, so --rope-scaling applies to it
 ROTARY = '''
 import posenc
@@ -58,8 +57,9 @@ def _env(env: dict[str, str]) -> dict[str, str]:
 
 def posenc(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     """``posenc ARGS`` in a fresh process whose plugins are ``env``'s alone (POSENC_PLUGINS, PYTHONPATH)."""
-    return subprocess.run([sys.executable, "-m", "posenc", *args], cwd=cwd, env=_env(env), capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "posenc", *args], cwd=cwd, env=_env(env), capture_output=True, text=True, timeout=300
+    )
 
 
 class Started:
@@ -69,8 +69,9 @@ class Started:
     def __init__(self, *args: str, cwd: Path, env: dict[str, str], name: str, module: str = "posenc") -> None:
         self.out, self.err = cwd / f"{name}.stdout", cwd / f"{name}.stderr"
         with self.out.open("w") as out, self.err.open("w") as err:
-            self.process = subprocess.Popen([sys.executable, "-m", module, *args], cwd=cwd, env=_env(env),
-                                            stdout=out, stderr=err, text=True)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", module, *args], cwd=cwd, env=_env(env), stdout=out, stderr=err, text=True
+            )
         self.args = args
 
     def result(self) -> subprocess.CompletedProcess:
@@ -101,8 +102,10 @@ def install_example(target: Path, work: Path) -> None:
 
 def run_dirs(results: Path) -> dict[str, Path]:
     """``encoder/seedN`` -> the folder of each finished run under ``results``."""
-    return {f"{p.parent.relative_to(results).parts[-3]}/{p.parent.relative_to(results).parts[-2]}": p.parent
-            for p in results.rglob(METRICS_FILE)}
+    return {
+        f"{p.parent.relative_to(results).parts[-3]}/{p.parent.relative_to(results).parts[-2]}": p.parent
+        for p in results.rglob(METRICS_FILE)
+    }
 
 
 def config_of(run: Path) -> dict:
@@ -124,26 +127,57 @@ def trained(tmp_path_factory):
     (broken := root / "broken.py").write_text(BROKEN)
     (own_tests := root / "own_tests").mkdir()
     shutil.copy(EXAMPLE / "test_log_alibi.py", own_tests)
-    envs = {"file": {"POSENC_PLUGINS": str(PLUGIN_FILE)}, "package": {"PYTHONPATH": str(site)},
-            "both": {"PYTHONPATH": str(site), "POSENC_PLUGINS": str(rotary)}}
+    envs = {
+        "file": {"POSENC_PLUGINS": str(PLUGIN_FILE)},
+        "package": {"PYTHONPATH": str(site)},
+        "both": {"PYTHONPATH": str(site), "POSENC_PLUGINS": str(rotary)},
+    }
     started = {
         "plain": Started("train", *RUN, f"paths.results={results}", cwd=root, env=envs["file"], name="plain"),
-        "joblib": Started("train", "-m", "hydra/launcher=joblib", *RUN, "seed=1", "logger=tensorboard",
-                          f"paths.results={results}", f"hydra.sweep.dir={results}/joblib", cwd=root,
-                          env=envs["package"], name="joblib"),
-        "submitit": Started("train", "-m", "hydra/launcher=submitit_local", *TINY, "encoder=my_rope",
-                            f"paths.results={results}", f"hydra.sweep.dir={results}/submitit", cwd=root,
-                            env={"POSENC_PLUGINS": f"{PLUGIN_FILE},{rotary}"}, name="submitit"),
-        "list_file": Started("encoders", cwd=root, env={"POSENC_PLUGINS": f"{PLUGIN_FILE},{broken}"},
-                             name="list_file"),
-        "list_package": Started("encoders", cwd=root, env={**envs["package"], "POSENC_PLUGINS": str(broken)},
-                                name="list_package"),
+        "joblib": Started(
+            "train",
+            "-m",
+            "hydra/launcher=joblib",
+            *RUN,
+            "seed=1",
+            "logger=tensorboard",
+            f"paths.results={results}",
+            f"hydra.sweep.dir={results}/joblib",
+            cwd=root,
+            env=envs["package"],
+            name="joblib",
+        ),
+        "submitit": Started(
+            "train",
+            "-m",
+            "hydra/launcher=submitit_local",
+            *TINY,
+            "encoder=my_rope",
+            f"paths.results={results}",
+            f"hydra.sweep.dir={results}/submitit",
+            cwd=root,
+            env={"POSENC_PLUGINS": f"{PLUGIN_FILE},{rotary}"},
+            name="submitit",
+        ),
+        "list_file": Started("encoders", cwd=root, env={"POSENC_PLUGINS": f"{PLUGIN_FILE},{broken}"}, name="list_file"),
+        "list_package": Started(
+            "encoders", cwd=root, env={**envs["package"], "POSENC_PLUGINS": str(broken)}, name="list_package"
+        ),
         "check_file": Started("encoders", "--check", "log_alibi", cwd=root, env=envs["file"], name="check_file"),
         # the package's own test (examples/log_alibi/test_log_alibi.py), on the installed package, as its
         # author runs it: a folder of its own, no posenc test configuration
-        "own_tests": Started("-q", "-p", "no:cacheprovider", "--rootdir", str(root / "own_tests"),
-                             str(own_tests / "test_log_alibi.py"), cwd=own_tests, env=envs["package"],
-                             name="own_tests", module="pytest"),
+        "own_tests": Started(
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(root / "own_tests"),
+            str(own_tests / "test_log_alibi.py"),
+            cwd=own_tests,
+            env=envs["package"],
+            name="own_tests",
+            module="pytest",
+        ),
     }
     out = {name: process.result() for name, process in started.items()}
     for name in ("plain", "joblib", "submitit"):
@@ -153,8 +187,17 @@ def trained(tmp_path_factory):
     (plain / METRICS_FILE).unlink()  # as if stopped after its last checkpoint: the next command resumes it
     out["resumed"] = posenc("train", *RUN, f"paths.results={results}", cwd=root, env=envs["package"])
     assert out["resumed"].returncode == 0, out["resumed"].stderr
-    return {"root": root, "site": site, "results": results, "envs": envs, "out": out, "plain": plain,
-            "rotary": rotary, "broken": broken, "runs": run_dirs(results)}
+    return {
+        "root": root,
+        "site": site,
+        "results": results,
+        "envs": envs,
+        "out": out,
+        "plain": plain,
+        "rotary": rotary,
+        "broken": broken,
+        "runs": run_dirs(results),
+    }
 
 
 @pytest.mark.parametrize("how", ["file", "package"])
@@ -210,8 +253,9 @@ def test_joblib_workers_load_the_entry_point_and_track(trained):
 
 def test_submitit_local_workers_load_posenc_plugins(trained):
     run = trained["runs"]["my_rope/seed0"]
-    assert config_of(run)["plugins"] == {"encoder": {"origin": "file", "source": str(trained["rotary"]),
-                                                     "object": "my_rope:MyRope"}}
+    assert config_of(run)["plugins"] == {
+        "encoder": {"origin": "file", "source": str(trained["rotary"]), "object": "my_rope:MyRope"}
+    }
 
 
 @pytest.fixture(scope="module")
@@ -220,17 +264,57 @@ def used(trained):
     loaded, and ``extrapolate`` of the package's run with no plugin loaded: at once."""
     root, results, env = trained["root"], trained["results"], trained["envs"]["both"]
     started = {
-        "extrapolate": Started("extrapolate", "--runs", str(results), "--out", str(root / "tables"), "--lengths",
-                               "16,24", "--sequences", "2", "--device", "cpu", "--include-not-learned",
-                               "--rope-scaling", "none,ntk", cwd=root, env=env, name="extrapolate"),
-        "kernels": Started("kernels", "--encoders", "log_alibi,my_rope", "--runs", str(trained["plain"]),
-                           "--max-distance", "32", "--rope-scaling", "none,ntk", "--out", str(root / "kernels"),
-                           cwd=root, env=env, name="kernels"),
-        "runs": Started("runs", "--runs", str(results), "--out", str(root / "training"), cwd=root, env=env,
-                        name="runs"),
-        "unloaded": Started("extrapolate", "--runs", str(trained["runs"]["log_alibi/seed1"]), "--out",
-                            str(root / "unloaded"), "--lengths", "16", "--include-not-learned", cwd=root, env={},
-                            name="unloaded"),
+        "extrapolate": Started(
+            "extrapolate",
+            "--runs",
+            str(results),
+            "--out",
+            str(root / "tables"),
+            "--lengths",
+            "16,24",
+            "--sequences",
+            "2",
+            "--device",
+            "cpu",
+            "--include-not-learned",
+            "--rope-scaling",
+            "none,ntk",
+            cwd=root,
+            env=env,
+            name="extrapolate",
+        ),
+        "kernels": Started(
+            "kernels",
+            "--encoders",
+            "log_alibi,my_rope",
+            "--runs",
+            str(trained["plain"]),
+            "--max-distance",
+            "32",
+            "--rope-scaling",
+            "none,ntk",
+            "--out",
+            str(root / "kernels"),
+            cwd=root,
+            env=env,
+            name="kernels",
+        ),
+        "runs": Started(
+            "runs", "--runs", str(results), "--out", str(root / "training"), cwd=root, env=env, name="runs"
+        ),
+        "unloaded": Started(
+            "extrapolate",
+            "--runs",
+            str(trained["runs"]["log_alibi/seed1"]),
+            "--out",
+            str(root / "unloaded"),
+            "--lengths",
+            "16",
+            "--include-not-learned",
+            cwd=root,
+            env={},
+            name="unloaded",
+        ),
     }
     return {name: process.result() for name, process in started.items()}
 
@@ -258,6 +342,8 @@ def test_runs_lists_plugin_runs(trained, used):
 
 def test_a_run_whose_plugin_is_not_loaded_says_how_to_load_it(used):
     text = " ".join((used["unloaded"].stdout + used["unloaded"].stderr).split())
-    assert ("its encoder 'log_alibi' is not registered here: it trained with the plugin "
-            "posenc_log_alibi:LogALiBi (entry point posenc-log-alibi 0.1.0); load it the same way "
-            "(install posenc-log-alibi 0.1.0;") in text, text
+    assert (
+        "its encoder 'log_alibi' is not registered here: it trained with the plugin "
+        "posenc_log_alibi:LogALiBi (entry point posenc-log-alibi 0.1.0); load it the same way "
+        "(install posenc-log-alibi 0.1.0;"
+    ) in text, text

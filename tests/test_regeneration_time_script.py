@@ -15,20 +15,38 @@ def _folder(root: Path, name: str, runs: list[tuple[str, str, int, float, str, i
     """runs: (run, encoder, steps, train_seconds, device, d_model); evaluation: 2 s at 64, 6 s at 128 each."""
     folder = root / name
     folder.mkdir()
-    pd.DataFrame([{"run": r, "encoder": e, "task": "copy", "steps": s, "train_seconds": t, "device": d}
-                  for r, e, s, t, d, _ in runs]).to_parquet(folder / "training.parquet")
-    config = {r: json.dumps({"model": {"d_model": w, "n_layers": 3}, "train": {"batch_size": 64},
-                             "task": {"length": 32}}) for r, *_, w in runs}
-    pd.DataFrame([{"run": r, "config": config[r], "eval_length": n, "seconds": sec}
-                  for r, *_ in runs for n, sec in ((64, 2.0), (128, 6.0))]).to_parquet(folder / "extrapolation.parquet")
+    pd.DataFrame(
+        [
+            {"run": r, "encoder": e, "task": "copy", "steps": s, "train_seconds": t, "device": d}
+            for r, e, s, t, d, _ in runs
+        ]
+    ).to_parquet(folder / "training.parquet")
+    config = {
+        r: json.dumps({"model": {"d_model": w, "n_layers": 3}, "train": {"batch_size": 64}, "task": {"length": 32}})
+        for r, *_, w in runs
+    }
+    pd.DataFrame(
+        [
+            {"run": r, "config": config[r], "eval_length": n, "seconds": sec}
+            for r, *_ in runs
+            for n, sec in ((64, 2.0), (128, 6.0))
+        ]
+    ).to_parquet(folder / "extrapolation.parquet")
     return folder
 
 
 def test_gpu_runs_are_projected_at_the_cpu_rate_of_their_encoder_and_shape(tmp_path):
     script = _script()
     cpu = _folder(tmp_path, "cpu", [("a", "rope", 1000, 3600.0, "cpu", 64), ("b", "rope", 3000, 3600.0, "cpu", 64)])
-    gpu = _folder(tmp_path, "gpu", [("c", "rope", 500, 10.0, "cuda", 64), ("d", "rope", 100, 1.0, "cuda", 128),
-                                    ("e", "alibi", 100, 1.0, "cuda", 64)])
+    gpu = _folder(
+        tmp_path,
+        "gpu",
+        [
+            ("c", "rope", 500, 10.0, "cuda", 64),
+            ("d", "rope", 100, 1.0, "cuda", 128),
+            ("e", "alibi", 100, 1.0, "cuda", 64),
+        ],
+    )
     runs = pd.concat([script.runs_of(cpu), script.runs_of(gpu)], ignore_index=True)
     hours = script.training_hours(runs).set_index("experiment")
     assert hours.loc["cpu", "train_h_measured"] == 2.0 and hours.loc["cpu", "train_h_projected"] == 0

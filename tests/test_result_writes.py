@@ -15,16 +15,15 @@ from fake_results import fake_run, results_of
 from typer.testing import CliRunner
 
 from posenc import files
-from posenc.cli.app import app
 from posenc.analysis.folders import updating
 from posenc.analysis.pipeline import compare_into, regenerate, store_into
+from posenc.cli.app import app
 
 runner = CliRunner()
 
 
 def _sweep(lengths=(64, 128), encoders=("rope", "alibi")):
-    return results_of(*(fake_run(e, {n: [1.0, 0.0, 1.0] for n in lengths}, seed=s)
-                        for e in encoders for s in (0, 1)))
+    return results_of(*(fake_run(e, {n: [1.0, 0.0, 1.0] for n in lengths}, seed=s) for e in encoders for s in (0, 1)))
 
 
 def tree(root: Path) -> dict[str, tuple]:
@@ -101,9 +100,14 @@ def test_files_posenc_did_not_write_are_left_exactly_as_they_were(tmp_path):
     """A user's notes, another experiment's report folder and a run keep their inode, content and mtime
     through compare, extrapolate and report writes into the folder holding them; the folder itself stays."""
     out = tmp_path / "results"
-    for name, data in [("notes.txt", "mine"), (".hidden", "dot"), ("headline/report.md", "committed report"),
-                       ("headline/comparison.parquet", "committed table"),
-                       ("runs/copy/rope/seed0/checkpoint.pt", "weights"), ("runs/copy/rope/seed0/train.log", "log")]:
+    for name, data in [
+        ("notes.txt", "mine"),
+        (".hidden", "dot"),
+        ("headline/report.md", "committed report"),
+        ("headline/comparison.parquet", "committed table"),
+        ("runs/copy/rope/seed0/checkpoint.pt", "weights"),
+        ("runs/copy/rope/seed0/train.log", "log"),
+    ]:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(data)
     old = 1_000_000_000 * 10**9
@@ -118,8 +122,9 @@ def test_files_posenc_did_not_write_are_left_exactly_as_they_were(tmp_path):
     after = tree(out)
     mine = {k: v for k, v in after.items() if k in before and v[0] == "file"}
     assert mine == {k: v for k, v in before.items() if v[0] == "file"}
-    assert {k: v for k, v in after.items() if k.startswith(("headline", "runs"))} == \
-        {k: v for k, v in before.items() if k.startswith(("headline", "runs"))}
+    assert {k: v for k, v in after.items() if k.startswith(("headline", "runs"))} == {
+        k: v for k, v in before.items() if k.startswith(("headline", "runs"))
+    }
     assert out.stat().st_ino == folder  # written into, not replaced
     new = set(after) - set(before)
     assert {"comparison.parquet", "report.md", "extrapolation.parquet"} <= new
@@ -210,11 +215,15 @@ def test_a_bare_kernels_leaves_the_committed_kernels_alone(tmp_path, monkeypatch
 
 # --- --out kinds refused in one line, exit 2, nothing written ---------------------------------------------
 
-KINDS = ["empty", "working directory", "git repository root", "run folder", "started run folder",
-         "dangling symlink"]
-WHY = {"empty": "working directory", "working directory": "working directory",
-       "git repository root": "git repository", "run folder": "run folder", "started run folder": "run folder",
-       "dangling symlink": "symlink"}
+KINDS = ["empty", "working directory", "git repository root", "run folder", "started run folder", "dangling symlink"]
+WHY = {
+    "empty": "working directory",
+    "working directory": "working directory",
+    "git repository root": "git repository",
+    "run folder": "run folder",
+    "started run folder": "run folder",
+    "dangling symlink": "symlink",
+}
 COMMANDS = ["extrapolate", "compare", "kernels", "runs", "report"]
 
 
@@ -249,9 +258,14 @@ def workspace(tmp_path, monkeypatch) -> Path:
 
 
 def _target(ws: Path, kind: str) -> str:
-    return {"empty": "", "working directory": ".", "git repository root": str(ws / "repo"),
-            "run folder": str(ws / "run"), "started run folder": str(ws / "started"),
-            "dangling symlink": str(ws / "dangling")}[kind]
+    return {
+        "empty": "",
+        "working directory": ".",
+        "git repository root": str(ws / "repo"),
+        "run folder": str(ws / "run"),
+        "started run folder": str(ws / "started"),
+        "dangling symlink": str(ws / "dangling"),
+    }[kind]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -56,23 +56,26 @@ def test_a_folder_that_cannot_be_listed_is_reported_not_dropped(tmp_path, always
         return real_scandir(path)
 
     monkeypatch.setattr(os, "scandir", scandir)
-    result = runner.invoke(app, ["extrapolate", "--runs", "sweep", "--lengths", "16", "--sequences", "4",
-                                 "--out", "tables"])
+    result = runner.invoke(
+        app, ["extrapolate", "--runs", "sweep", "--lengths", "16", "--sequences", "4", "--out", "tables"]
+    )
     assert result.exit_code == 0, result.output
     lines = [line for line in _lines(result.stderr) if "sweep/b" in line]
     assert len(lines) == 1 and lines[0].startswith("skipped: cannot read folder") and "Permission denied" in lines[0]
 
 
-def test_a_learned_run_with_a_damaged_metrics_file_is_named_not_reported_as_not_learned(tmp_path, always_learns,
-                                                                                      monkeypatch):
+def test_a_learned_run_with_a_damaged_metrics_file_is_named_not_reported_as_not_learned(
+    tmp_path, always_learns, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     learned_run(tmp_path / "sweep" / "good")
     learned_run(tmp_path / "sweep" / "damaged", "seed=1")
     whole = (tmp_path / "sweep" / "damaged" / METRICS_FILE).read_text()
     for damage in ("", whole[: len(whole) // 2]):  # empty, truncated
         (tmp_path / "sweep" / "damaged" / METRICS_FILE).write_text(damage)
-        result = runner.invoke(app, ["extrapolate", "--runs", "sweep", "--lengths", "16,32", "--sequences", "4",
-                                     "--out", "tables"])
+        result = runner.invoke(
+            app, ["extrapolate", "--runs", "sweep", "--lengths", "16,32", "--sequences", "4", "--out", "tables"]
+        )
         assert result.exit_code == 0, result.output
         stderr = result.stderr
         assert "not learned" not in stderr and "train longer" not in stderr, stderr
@@ -96,23 +99,32 @@ def test_a_fifo_metrics_file_does_not_block_runs(tmp_path, always_learns, monkey
     finally:
         signal.alarm(0)
     assert result.exit_code == 0, result.output
-    assert _lines(result.stderr) == [f"skipped: run/{METRICS_FILE} is a FIFO, not a file: a run's metrics must be a "
-                                     "regular file; move it away"]
+    assert _lines(result.stderr) == [
+        f"skipped: run/{METRICS_FILE} is a FIFO, not a file: a run's metrics must be a regular file; move it away"
+    ]
 
 
 @pytest.mark.integration  # end to end: a whole comparison written, every figure drawn (seconds)
 def test_report_refuses_tables_whose_sequence_rows_were_deleted(tmp_path, always_learns, monkeypatch):
     monkeypatch.chdir(tmp_path)
     learned_run(tmp_path / "run")
-    assert runner.invoke(app, ["compare", "--runs", "run", "--lengths", "16", "--sequences", "8",
-                               "--out", "tables"]).exit_code == 0
+    assert (
+        runner.invoke(
+            app, ["compare", "--runs", "run", "--lengths", "16", "--sequences", "8", "--out", "tables"]
+        ).exit_code
+        == 0
+    )
     path = tmp_path / "tables" / "sequences.parquet"
     pd.read_parquet(path).iloc[:5].to_parquet(path)
     before = {p.name: p.read_bytes() for p in (tmp_path / "tables").iterdir() if p.is_file()}
     result = runner.invoke(app, ["report", "tables"])
     assert result.exit_code == 2
     lines = _lines(result.stderr)
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "has 5 sequence rows where n_sequences says 8" in lines[0]
+    assert (
+        len(lines) == 1
+        and lines[0].startswith("error: ")
+        and "has 5 sequence rows where n_sequences says 8" in lines[0]
+    )
     assert {p.name: p.read_bytes() for p in (tmp_path / "tables").iterdir() if p.is_file()} == before
 
 

@@ -7,19 +7,37 @@ import pytest
 import yaml
 from conftest import compose_dict
 
-from posenc.running.checkpoint import comparable, config_difference
 from posenc.analysis.store import LATER_DEFAULTS, RUN_NEUTRAL_KEYS, run_identity
+from posenc.running.checkpoint import comparable, config_difference
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "config.yaml"
 FOLDER_KEYS = {"encoder", "task", "seed", "experiment"}  # name the run folder's path itself
 # A new value for each neutral key, and for keys that do change a run
-NEUTRAL_VALUES = {"device": "cuda", "progress": False, "resume": False, "paths": {"results": "elsewhere"},
-                  "logger": {"name": "tensorboard"}, "train.compile": True, "model.attention": "blocked",
-                  "train.log_every": 7, "train.checkpoint_every": 3, "train.eval_sequences": 9,
-                  "plugins": {"encoder": {"origin": "file", "source": "/x/mine.py", "object": "mine:Mine"}}}
-CHANGING_VALUES = {"seed": 5, "train.lr": 0.1, "train.steps": 11, "train.batch_size": 3, "model.d_model": 32,
-                   "model.n_layers": 5, "task.length": 40, "encoder.name": "alibi", "model.mixer": "base_conv",
-                   "train.precision": "bf16"}
+NEUTRAL_VALUES = {
+    "device": "cuda",
+    "progress": False,
+    "resume": False,
+    "paths": {"results": "elsewhere"},
+    "logger": {"name": "tensorboard"},
+    "train.compile": True,
+    "model.attention": "blocked",
+    "train.log_every": 7,
+    "train.checkpoint_every": 3,
+    "train.eval_sequences": 9,
+    "plugins": {"encoder": {"origin": "file", "source": "/x/mine.py", "object": "mine:Mine"}},
+}
+CHANGING_VALUES = {
+    "seed": 5,
+    "train.lr": 0.1,
+    "train.steps": 11,
+    "train.batch_size": 3,
+    "model.d_model": 32,
+    "model.n_layers": 5,
+    "task.length": 40,
+    "encoder.name": "alibi",
+    "model.mixer": "base_conv",
+    "train.precision": "bf16",
+}
 
 
 def _with(config: dict, dotted: str, value) -> dict:

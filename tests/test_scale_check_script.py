@@ -12,10 +12,20 @@ def _script():
     return load_script("scale_check")
 
 
-@pytest.mark.parametrize("first, second, outcome", [
-    (1, 1, "holds"), (-1, -1, "holds"), (1, -1, "reverses"), (-1, 1, "reverses"), (1, 0, "not confirmed"),
-    (0, -1, "new"), (0, 0, "open at both"), (None, 1, "not testable"), (1, None, "not testable"),
-])
+@pytest.mark.parametrize(
+    "first, second, outcome",
+    [
+        (1, 1, "holds"),
+        (-1, -1, "holds"),
+        (1, -1, "reverses"),
+        (-1, 1, "reverses"),
+        (1, 0, "not confirmed"),
+        (0, -1, "new"),
+        (0, 0, "open at both"),
+        (None, 1, "not testable"),
+        (1, None, "not testable"),
+    ],
+)
 def test_classify_gives_every_outcome(first, second, outcome):
     assert _script().classify(first, second) == outcome
 
@@ -24,10 +34,15 @@ def _comparison(folder, train_length, ahead, behind, n=40):
     """A comparison of two encoders, 3 seeds each, trained at ``train_length``: ``ahead`` copies every sequence
     in (1×, 2×] and ``behind`` none; past 2× both score half the sequences (no ordering)."""
     lengths = (train_length, 2 * train_length, 4 * train_length)
+
     def values(score):
         return {train_length: [1.0] * n, 2 * train_length: [score] * n, 4 * train_length: [1.0, 0.0] * (n // 2)}
-    runs = [fake_run(enc, values(score), seed=s, train_length=train_length)
-            for enc, score in ((ahead, 1.0), (behind, 0.0)) for s in range(3)]
+
+    runs = [
+        fake_run(enc, values(score), seed=s, train_length=train_length)
+        for enc, score in ((ahead, 1.0), (behind, 0.0))
+        for s in range(3)
+    ]
     ids = {run_identity(config_of(enc, "copy", s, train_length)).run_id for enc in (ahead, behind) for s in range(3)}
     compare_into(folder, results_of(*runs), ids, list(lengths), "test")
     return folder

@@ -140,8 +140,7 @@ def same_runs_coverage(name: str, sims: int = SIMS, **kwargs) -> tuple[float, fl
     a, b, truth = same_runs(np.random.default_rng(200 + sorted(SAME).index(name)), name, sims)
     bounded = SAME[name][0] == "shares"
     ests = [paired_difference(list(x), list(y), bounded=bounded, **kwargs) for x, y in zip(a, b)]
-    return (float(np.mean([e.low <= truth <= e.high for e in ests])),
-            float(np.mean([e.high - e.low for e in ests])))
+    return (float(np.mean([e.low <= truth <= e.high for e in ests])), float(np.mean([e.high - e.low for e in ests])))
 
 
 @pytest.mark.parametrize("name", [n for n in SAME if "opposite" not in n])
@@ -168,11 +167,18 @@ def symmetric(values, bounded: bool = True, level: float = 0.95):
 
     z, seeds = normal_quantile(level), [np.asarray(v, dtype=float) for v in values]
     means, n = np.array([v.mean() for v in seeds]), sum(v.size for v in seeds)
-    v = max(means.var(ddof=1) / len(seeds) * (t_quantile(len(seeds) - 1, level) / z) ** 2,
-            np.concatenate(seeds).var(ddof=1) / n)
+    v = max(
+        means.var(ddof=1) / len(seeds) * (t_quantile(len(seeds) - 1, level) / z) ** 2,
+        np.concatenate(seeds).var(ddof=1) / n,
+    )
     low, high = wilson_interval(means.mean(), n, z)
-    return Estimate(means.mean(), min(low, max(0.0, means.mean() - z * math.sqrt(v))),
-                    max(high, min(1.0, means.mean() + z * math.sqrt(v))), len(seeds), n)
+    return Estimate(
+        means.mean(),
+        min(low, max(0.0, means.mean() - z * math.sqrt(v))),
+        max(high, min(1.0, means.mean() + z * math.sqrt(v))),
+        len(seeds),
+        n,
+    )
 
 
 def test_near_1_wilson_at_the_effective_size_covers_where_a_symmetric_interval_does_not():

@@ -78,6 +78,7 @@ def test_evaluation_sequence_i_does_not_depend_on_how_many_sequences_are_scored(
     length = 64
     per_batch = BATCH_TOKENS // length  # what evaluate_detailed uses at this length
     for subject in subjects:
+
         def scored(n):
             batches = subject.evaluation_batches(n, length, per_batch, eval_generator(length))
             return torch.cat([b.inputs for b in batches])

@@ -14,7 +14,7 @@ train_parallel = load_script("train_parallel")
 
 # What `posenc train` logs, per run: one trains from scratch and finishes, one resumes from step 40 and is
 # stopped at step 73, one was finished before and trains nothing.
-FAKE_POSENC = '''#!{python}
+FAKE_POSENC = """#!{python}
 import sys
 seed = [a for a in sys.argv if a.startswith("seed=")][0]
 lines = {{
@@ -27,13 +27,17 @@ lines = {{
 }}[seed]
 print("\\n".join(lines))
 sys.exit(143 if seed == "seed=1" else 0)
-'''
+"""
 
 
 def test_steps_trained_reads_the_last_step_less_the_resumed_one():
     assert train_parallel.steps_trained("step 50  loss 2\nstep 100  held-out exact match 0.5\n") == 100
-    assert train_parallel.steps_trained("resuming r from step 40\nstep 50  loss 2\n"
-                                        "error: SIGTERM at step 73/1000: checkpoint saved\n") == 33
+    assert (
+        train_parallel.steps_trained(
+            "resuming r from step 40\nstep 50  loss 2\nerror: SIGTERM at step 73/1000: checkpoint saved\n"
+        )
+        == 33
+    )
     assert train_parallel.steps_trained("r is finished (step 300); not retraining\n") == 0
     assert train_parallel.steps_trained("training rope on copy (length 64), 10000 steps\n") == 0
 
@@ -45,8 +49,7 @@ def test_train_parallel_prints_and_records_its_throughput(tmp_path, capsys):
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     logs = tmp_path / "logs"
     runs = [f"experiment=scale_copy encoder=rope seed={i}" for i in range(3)]
-    assert train_parallel.main(["--jobs", "2", "--every", "60", "--logs", str(logs), "--posenc", str(fake),
-                                *runs]) == 0
+    assert train_parallel.main(["--jobs", "2", "--every", "60", "--logs", str(logs), "--posenc", str(fake), *runs]) == 0
     report = json.loads((logs / "throughput.json").read_text())
     assert [r["steps"] for r in report["per_run"]] == [100, 33, 0] and report["steps"] == 133
     assert report["runs"] == 3 and all(r["seconds"] > 0 for r in report["per_run"])

@@ -35,28 +35,49 @@ def test_seconds_at_the_limits_take_the_slower_of_compute_and_memory():
     assert LIMITS.seconds(work.Work(1, 0, bytes=40), 1e9) == pytest.approx(20.0)  # 40 GB at 2 GB/s
 
 
-@pytest.mark.parametrize("goal, at_limits, at_rope, floor, higher, want", [
-    (1.3, 1.4, 1.5, 1.8, False, "out of reach: the machine's limits"),
-    (1.3, 1.2, 1.35, 1.8, False, "needs a kernel more efficient than rope's SDPA"),
-    (1.3, 1.2, 1.25, 1.8, False, "within reach: needs a fused kernel PyTorch lacks on CPU"),
-    (1.3, 1.2, 1.25, 1.28, False, "within reach of PyTorch's kernels"),
-    (0.85, 0.8, 0.9, 0.9, True, "out of reach: the machine's limits"),
-    (0.85, 1.1, 0.9, 0.7, True, "within reach: needs a fused kernel PyTorch lacks on CPU"),
-    (0.7, 0.9, 0.9, float("nan"), True, "within physical reach; kernels not measured"),
-])
+@pytest.mark.parametrize(
+    "goal, at_limits, at_rope, floor, higher, want",
+    [
+        (1.3, 1.4, 1.5, 1.8, False, "out of reach: the machine's limits"),
+        (1.3, 1.2, 1.35, 1.8, False, "needs a kernel more efficient than rope's SDPA"),
+        (1.3, 1.2, 1.25, 1.8, False, "within reach: needs a fused kernel PyTorch lacks on CPU"),
+        (1.3, 1.2, 1.25, 1.28, False, "within reach of PyTorch's kernels"),
+        (0.85, 0.8, 0.9, 0.9, True, "out of reach: the machine's limits"),
+        (0.85, 1.1, 0.9, 0.7, True, "within reach: needs a fused kernel PyTorch lacks on CPU"),
+        (0.7, 0.9, 0.9, float("nan"), True, "within physical reach; kernels not measured"),
+    ],
+)
 def test_verdict_names_what_stands_between_the_target_and_posenc(goal, at_limits, at_rope, floor, higher, want):
     assert work.verdict(goal, at_limits, at_rope, floor, higher) == want
 
 
 def _bounds(length: int, sdpa: float, share: float, train_sdpa: float, train_share: float) -> pd.DataFrame:
-    kernels = ["fused SDPA, width 32 (rope)", "fused SDPA, width 64 (pope)",
-               "FlexAttention, FIRE with a straight MLP (fire)",
-               "fused SDPA + a bias computed outside, for free (fire)"]
-    rows = [{"measure": f"forward {length}", "kernel": k, "seconds": sdpa, "attention_share_of_rope": share,
-             "floor_vs_rope": 1.5} for k in kernels]
-    rows += [{"measure": "training 32x128", "kernel": k, "seconds": train_sdpa, "attention_share_of_rope": train_share,
-              "floor_vs_rope": 0.8} for k in ("fused SDPA, width 32 (rope)", "fused SDPA, width 64 (pope)",
-                                              "cope_attention (cope)")]
+    kernels = [
+        "fused SDPA, width 32 (rope)",
+        "fused SDPA, width 64 (pope)",
+        "FlexAttention, FIRE with a straight MLP (fire)",
+        "fused SDPA + a bias computed outside, for free (fire)",
+    ]
+    rows = [
+        {
+            "measure": f"forward {length}",
+            "kernel": k,
+            "seconds": sdpa,
+            "attention_share_of_rope": share,
+            "floor_vs_rope": 1.5,
+        }
+        for k in kernels
+    ]
+    rows += [
+        {
+            "measure": "training 32x128",
+            "kernel": k,
+            "seconds": train_sdpa,
+            "attention_share_of_rope": train_share,
+            "floor_vs_rope": 0.8,
+        }
+        for k in ("fused SDPA, width 32 (rope)", "fused SDPA, width 64 (pope)", "cope_attention (cope)")
+    ]
     return pd.DataFrame(rows)
 
 
@@ -68,12 +89,27 @@ def test_arithmetic_rows_add_the_encoders_work_to_ropes_measured_model():
     train_scores = 2 * 32 * 4 * 128 * 129 / 2
     # rope's training attention (two layers) twice as slow as the limits allow
     train_sdpa = train_scores * work.training_work("rope", 32).flop_equivalents() / LIMITS.matmul
-    rows = pd.DataFrame(work.arithmetic_rows(_bounds(length, sdpa, 0.5, train_sdpa, 0.25), LIMITS, length,
-                                             headline={"matmul_flops_per_token": 1000.0, "kernel_floor": 0.6,
-                                                       "shape": {"d_model": 64, "d_mlp": 256, "n_layers": 3,
-                                                                 "n_heads": 4, "length": 32, "vocab": 18,
-                                                                 "params": 150_000, "tokens_per_step": 2048}})
-                        ).set_index("encoder")
+    rows = pd.DataFrame(
+        work.arithmetic_rows(
+            _bounds(length, sdpa, 0.5, train_sdpa, 0.25),
+            LIMITS,
+            length,
+            headline={
+                "matmul_flops_per_token": 1000.0,
+                "kernel_floor": 0.6,
+                "shape": {
+                    "d_model": 64,
+                    "d_mlp": 256,
+                    "n_layers": 3,
+                    "n_heads": 4,
+                    "length": 32,
+                    "vocab": 18,
+                    "params": 150_000,
+                    "tokens_per_step": 2048,
+                },
+            },
+        )
+    ).set_index("encoder")
     pope = rows.iloc[0]
     ratio = (192 + 26) / (128 + 26)  # pope's flop-equivalents over rope's
     assert pope["work_vs_rope"] == pytest.approx(ratio)
@@ -109,14 +145,22 @@ def test_performance_pages_table_of_missed_targets_is_the_committed_benchs():
     assert table in page, "docs/performance.md's table of missed targets is stale"
     rows = table.splitlines()[2:]
     assert [r.split(" | ")[0].lstrip("| ") for r in rows] == [
-        "PoPE forward 8192 ≤ 1.3× rope", "FIRE forward 8192 ≤ 2× rope", "CoPE training ≥ 0.85× rope",
-        "PoPE training ≥ 0.85× rope", "headline step MFU ≥ 0.7"]
+        "PoPE forward 8192 ≤ 1.3× rope",
+        "FIRE forward 8192 ≤ 2× rope",
+        "CoPE training ≥ 0.85× rope",
+        "PoPE training ≥ 0.85× rope",
+        "headline step MFU ≥ 0.7",
+    ]
     training = pd.read_csv(ROOT / "results" / "bench" / "training.csv").set_index("model")
     assert f"| {training.loc['posenc cope', 'vs_rope']:.2f}× [" in rows[2]
 
 
 def test_targets_table_says_what_is_missing_in_one_line(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "work_per_score.py"), str(tmp_path)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "work_per_score.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and "has no arithmetic.csv, bounds.csv" in result.stderr
     assert "Traceback" not in result.stderr

@@ -5,10 +5,10 @@ installing, ``pytest examples/log_alibi`` from posenc's checkout: pytest puts th
 from __future__ import annotations
 
 import pytest
+from posenc_log_alibi import LogALiBi
 
 from posenc.errors import ConfigError
 from posenc.testing import assert_conforms
-from posenc_log_alibi import LogALiBi
 
 
 def test_log_alibi_conforms():

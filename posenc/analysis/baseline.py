@@ -62,9 +62,11 @@ def read_baseline(folder: Path) -> Baseline:
     folder = Path(folder)
     comparison, results = read_table(folder, TABLE_STEM), read_results(folder)
     if comparison is None or results is None:
-        raise PosencError(f"--baseline {folder} holds no comparison (no {TABLE_STEM}.parquet and "
-                          f"{EVALUATIONS}.parquet): name a folder `posenc compare` wrote, e.g. "
-                          "results/length_generalization")
+        raise PosencError(
+            f"--baseline {folder} holds no comparison (no {TABLE_STEM}.parquet and "
+            f"{EVALUATIONS}.parquet): name a folder `posenc compare` wrote, e.g. "
+            "results/length_generalization"
+        )
     choices = read_table(folder, CHOICES_STEM)
     choose = str(choices["key"].iloc[0]) if choices is not None and len(choices) else None
     configs: dict[str, list[dict]] = {}
@@ -84,8 +86,10 @@ def check_out(baseline: Baseline, out: Path) -> None:
     """``--out`` is not the baseline (which is never written) nor inside it."""
     base, target = baseline.folder.resolve(), Path(out).resolve()
     if target == base or base in target.parents:
-        raise PosencError(f"--out {out} is the baseline {baseline.folder} or inside it; the baseline is never "
-                          "written: name another folder, e.g. --out results/mine")
+        raise PosencError(
+            f"--out {out} is the baseline {baseline.folder} or inside it; the baseline is never "
+            "written: name another folder, e.g. --out results/mine"
+        )
 
 
 def check_configs(baseline: Baseline, configs: dict[str, dict]) -> None:
@@ -96,15 +100,20 @@ def check_configs(baseline: Baseline, configs: dict[str, dict]) -> None:
         task = str(mine.get("task.name"))
         theirs = baseline.configs.get(task)
         if not theirs:
-            raise PosencError(f"{run}: the baseline {baseline.folder} has no runs of task '{task}' (it has "
-                              f"{', '.join(sorted(baseline.configs))})")
+            raise PosencError(
+                f"{run}: the baseline {baseline.folder} has no runs of task '{task}' (it has "
+                f"{', '.join(sorted(baseline.configs))})"
+            )
         if mine in theirs:
             continue
         closest = min(theirs, key=lambda other: len(_differences(mine, other)))
-        diff = ", ".join(f"{k}={_show(mine.get(k))} here, {_show(closest.get(k))} there"
-                         for k in _differences(mine, closest))
-        raise PosencError(f"{run} differs from the baseline {baseline.folder}'s runs in more than its encoder and "
-                          f"seed: {diff}; train it under the baseline's protocol (its experiment config)")
+        diff = ", ".join(
+            f"{k}={_show(mine.get(k))} here, {_show(closest.get(k))} there" for k in _differences(mine, closest)
+        )
+        raise PosencError(
+            f"{run} differs from the baseline {baseline.folder}'s runs in more than its encoder and "
+            f"seed: {diff}; train it under the baseline's protocol (its experiment config)"
+        )
 
 
 def _differences(a: dict, b: dict) -> list[str]:
@@ -125,22 +134,29 @@ def check_fingerprints(baseline_evaluations: pd.DataFrame, new_evaluations: pd.D
     base = baseline_evaluations[baseline_evaluations["note"].fillna("") == ""]
     new = new_evaluations[new_evaluations["note"].fillna("") == ""]
     for row in new.itertuples(index=False):
-        same = base[(base["task"] == row.task) & (base["eval_length"] == row.eval_length)
-                    & ((base["depth"] == row.depth) | (base["depth"].isna() & pd.isna(row.depth)))]
+        same = base[
+            (base["task"] == row.task)
+            & (base["eval_length"] == row.eval_length)
+            & ((base["depth"] == row.depth) | (base["depth"].isna() & pd.isna(row.depth)))
+        ]
         prints = set(same["fingerprint"].fillna("")) - {""}
         where = f"{row.task} at length {row.eval_length}"
         if same.empty:
             continue  # a length the baseline has no rows at: nothing to pair, nothing to contradict
         if not prints:
-            raise PosencError(f"the baseline's tables record no fingerprint of their evaluation sequences ({where}): "
-                              "they cannot show that a new run saw the same sequences; add them with "
-                              "`python scripts/fingerprint_tables.py FOLDER` under the torch version that "
-                              "evaluated them")
+            raise PosencError(
+                f"the baseline's tables record no fingerprint of their evaluation sequences ({where}): "
+                "they cannot show that a new run saw the same sequences; add them with "
+                "`python scripts/fingerprint_tables.py FOLDER` under the torch version that "
+                "evaluated them"
+            )
         if str(row.fingerprint) not in prints:
-            raise PosencError(f"run {row.run} was evaluated on other sequences than the baseline ({where}: "
-                              f"fingerprint {row.fingerprint}, the baseline's {', '.join(sorted(prints))}): another "
-                              "torch version's random generator, or another task option, makes other sequences; "
-                              "evaluate with the torch version the baseline was made with")
+            raise PosencError(
+                f"run {row.run} was evaluated on other sequences than the baseline ({where}: "
+                f"fingerprint {row.fingerprint}, the baseline's {', '.join(sorted(prints))}): another "
+                "torch version's random generator, or another task option, makes other sequences; "
+                "evaluate with the torch version the baseline was made with"
+            )
 
 
 def seed_out(baseline: Baseline, out: Path) -> bool:
@@ -169,11 +185,13 @@ def baseline_section(evidence, evaluations: pd.DataFrame, metric_of) -> list[str
         return []
     marked = evaluations[BASELINE_COLUMN].fillna("") != ""
     names = sorted(set(evaluations.loc[marked, BASELINE_COLUMN]))
-    parts = [f"## Beside the baseline ({', '.join(names)})\n",
-             "Runs placed beside a committed comparison (`posenc compare --baseline`): the baseline's rows are its "
-             "own tables, not retrained or re-evaluated; every run saw the same evaluation sequences (checked by "
-             "their fingerprints), so each new encoder is paired with each baseline encoder by sequence. Mean "
-             "[95% interval] of new minus baseline, at multiples of the training length.\n"]
+    parts = [
+        f"## Beside the baseline ({', '.join(names)})\n",
+        "Runs placed beside a committed comparison (`posenc compare --baseline`): the baseline's rows are its "
+        "own tables, not retrained or re-evaluated; every run saw the same evaluation sequences (checked by "
+        "their fingerprints), so each new encoder is paired with each baseline encoder by sequence. Mean "
+        "[95% interval] of new minus baseline, at multiples of the training length.\n",
+    ]
     for task in sorted(evaluations["task"].unique()):
         rows = evaluations[evaluations["task"] == task]
         new = sorted(set(rows.loc[rows[BASELINE_COLUMN].fillna("") == "", "encoder"]))
@@ -193,11 +211,21 @@ def _task_pairs(evidence, task: str, new: list[str], base: list[str], metric: st
         for other in base:
             row = {"encoder": f"{mine} − {other}"}
             for factor in PAIRED_FACTORS:
-                a, b = evidence.values(task, Side(mine), factor, metric), evidence.values(task, Side(other), factor,
-                                                                                            metric)
-                row[f"{factor}×"] = "—" if not a or not b else paired_difference(
-                    a, b, metric != "loss", block=sequence_block(task, min(len(v) for v in a))).format(signed=True)
+                a, b = (
+                    evidence.values(task, Side(mine), factor, metric),
+                    evidence.values(task, Side(other), factor, metric),
+                )
+                row[f"{factor}×"] = (
+                    "—"
+                    if not a or not b
+                    else paired_difference(
+                        a, b, metric != "loss", block=sequence_block(task, min(len(v) for v in a))
+                    ).format(signed=True)
+                )
             rows.append(row)
     table = pd.DataFrame(rows).fillna("—")
-    return [f"### {task}: {metric.replace('_', ' ')}, new minus baseline\n\n"
-            + table.to_markdown(index=False, disable_numparse=True) + "\n"]
+    return [
+        f"### {task}: {metric.replace('_', ' ')}, new minus baseline\n\n"
+        + table.to_markdown(index=False, disable_numparse=True)
+        + "\n"
+    ]

@@ -16,10 +16,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from posenc.analysis.store import NO_SCALING
 from posenc.analysis.claims import DEFAULT_MIXER, Side, mixer_of
 from posenc.analysis.stats import group_estimate, sequence_block
-from posenc.analysis.store import KEY, NO_DEPTH, Results, describe_config, differing_keys
+from posenc.analysis.store import KEY, NO_DEPTH, NO_SCALING, Results, describe_config, differing_keys
 from posenc.task_facts import ANSWER_ALPHABET, has_mastery_criterion
 
 GROUP = ["task", "encoder", "config_id", "train_length", "eval_length", "scaling", "depth"]
@@ -55,8 +54,11 @@ def with_depth_means(results: Results) -> Results:
     deep_seq = seq[seq["depth"].notna() & (seq["depth"] != NO_DEPTH)]
     seq_means = deep_seq.groupby([*keys, "sequence"], sort=False)[["exact_match", "token_accuracy", "loss"]]
     seq_means = seq_means.mean().reset_index().assign(depth=math.nan)
-    return Results(pd.concat([ev, rows[ev.columns]], ignore_index=True),
-                   pd.concat([seq, seq_means[seq.columns]], ignore_index=True), results.positions)
+    return Results(
+        pd.concat([ev, rows[ev.columns]], ignore_index=True),
+        pd.concat([seq, seq_means[seq.columns]], ignore_index=True),
+        results.positions,
+    )
 
 
 MIXER_KEY = "model.mixer"  # named first in a variant whose sequence mixer is not attention (see labels)
@@ -75,8 +77,10 @@ def variants(evaluations: pd.DataFrame) -> pd.Series:
             configs = part.drop_duplicates("config_id")
             keys = [k for k in differing_keys(list(configs["config"])) if k != MIXER_KEY] if len(configs) > 1 else []
             named = [] if mixer == DEFAULT_MIXER else [f"{MIXER_KEY}={mixer}"]
-            names = {cid: ",".join(named + ([describe_config(c, keys)] if keys else []))
-                     for cid, c in zip(configs["config_id"], configs["config"])}
+            names = {
+                cid: ",".join(named + ([describe_config(c, keys)] if keys else []))
+                for cid, c in zip(configs["config_id"], configs["config"])
+            }
             out[part.index] = part["config_id"].map(names)
     return out
 
@@ -88,7 +92,8 @@ def _per_seed(sequences: pd.DataFrame, metric: str) -> list[np.ndarray]:
 def aggregate(results: Results) -> pd.DataFrame:
     """One row per :data:`GROUP` with ``variant``, ``n_seeds`` (seeds evaluated there), ``seeds``, ``run_ids``,
     ``n_learned`` of ``n_trained`` seeds of the configuration that met the mastery criterion, ``learned``
-    (all of them did), ``steps_to_learn`` (mean over the seeds that learned), ``n_sequences`` (over all seeds), and for each metric of :data:`METRICS` ``<metric>_mean``,
+    (all of them did), ``steps_to_learn`` (mean over the seeds that learned), ``n_sequences`` (over all seeds), and for
+    each metric of :data:`METRICS` ``<metric>_mean``,
     ``_low``, ``_high`` (95% interval, :func:`posenc.analysis.stats.group_estimate`); ``perplexity_*`` is ``exp`` of
     the loss's; ``note``: the first note of the group's rows (e.g. why a learned table has no value)."""
     results = with_depth_means(results)
@@ -105,11 +110,15 @@ def aggregate(results: Results) -> pd.DataFrame:
         row = dict(zip(GROUP, key))
         runs = group.drop_duplicates("run_id")
         learned_seeds, all_seeds = mastery.loc[row["config_id"]]
-        row.update(variant=group["variant"].iloc[0], n_seeds=len(runs),
-                   seeds=",".join(str(s) for s in sorted(runs["seed"])),
-                   run_ids=",".join(sorted(runs["run_id"])),
-                   n_learned=int(learned_seeds), n_trained=int(all_seeds),
-                   scaling_factor=group["scaling_factor"].iloc[0])
+        row.update(
+            variant=group["variant"].iloc[0],
+            n_seeds=len(runs),
+            seeds=",".join(str(s) for s in sorted(runs["seed"])),
+            run_ids=",".join(sorted(runs["run_id"])),
+            n_learned=int(learned_seeds),
+            n_trained=int(all_seeds),
+            scaling_factor=group["scaling_factor"].iloc[0],
+        )
         row["learned"] = bool(learned_seeds == all_seeds)
         configs = per_run[per_run["config_id"] == row["config_id"]]
         steps = configs.loc[configs["learned"], "steps_to_learn"].dropna()
@@ -177,14 +186,17 @@ def labels(table: pd.DataFrame) -> pd.Series:
     def label(encoder: str, var: str, scaling: str, depth: float) -> str:
         name = encoder
         if var.startswith(f"{MIXER_KEY}="):  # see variants: the mixer, then the keys that differ
-            mixer, _, var = var[len(MIXER_KEY) + 1:].partition(",")
+            mixer, _, var = var[len(MIXER_KEY) + 1 :].partition(",")
             name = Side(encoder, mixer=mixer).label()
         text = name if not var else f"{name} [{var}]"
         text = text if scaling == NO_SCALING else f"{text} +{scaling}"
         return text if math.isnan(depth) else f"{text} @depth {depth:g}"
 
-    return pd.Series([label(*r) for r in zip(table["encoder"], variant.fillna(""), table["scaling"], table["depth"])],
-                     index=table.index, dtype=object)
+    return pd.Series(
+        [label(*r) for r in zip(table["encoder"], variant.fillna(""), table["scaling"], table["depth"])],
+        index=table.index,
+        dtype=object,
+    )
 
 
 def cell(row: pd.Series, metric: str) -> str:
@@ -216,13 +228,21 @@ def pivot(comparison: pd.DataFrame, metric: str = "exact_match", task: str | Non
 
 def steps_table(comparison: pd.DataFrame) -> pd.DataFrame:
     """Steps-to-learn per (task, encoder label): seeds that learned, and the mean steps they needed."""
-    first = comparison[(comparison["eval_length"] == comparison["train_length"])
-                       & (comparison["scaling"] == NO_SCALING) & comparison["depth"].isna()]
-    table = pd.DataFrame({
-        "task": first["task"], "encoder": labels(first), "train_length": first["train_length"],
-        "seeds learned": [f"{a}/{b}" for a, b in zip(first["n_learned"], first["n_trained"])],
-        "steps to learn": first["steps_to_learn"], "exact match at 1×": first["exact_match_mean"],
-    }).sort_values(["task", "steps to learn"], na_position="last", ignore_index=True)
+    first = comparison[
+        (comparison["eval_length"] == comparison["train_length"])
+        & (comparison["scaling"] == NO_SCALING)
+        & comparison["depth"].isna()
+    ]
+    table = pd.DataFrame(
+        {
+            "task": first["task"],
+            "encoder": labels(first),
+            "train_length": first["train_length"],
+            "seeds learned": [f"{a}/{b}" for a, b in zip(first["n_learned"], first["n_trained"])],
+            "steps to learn": first["steps_to_learn"],
+            "exact match at 1×": first["exact_match_mean"],
+        }
+    ).sort_values(["task", "steps to learn"], na_position="last", ignore_index=True)
     table["steps to learn"] = [f"{v:.0f}" if v == v else "—" for v in table["steps to learn"]]
     table["exact match at 1×"] = [f"{v:.3f}" if v == v else "—" for v in table["exact match at 1×"]]
     return table

@@ -39,9 +39,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from posenc.files import check_out_folder
 from posenc.errors import PosencError
-from posenc.files import _umask
+from posenc.files import _umask, check_out_folder
 
 _STAGING = "posenc-staging"  # out/.posenc-staging-XXXX, or .<name>.posenc-staging-XXXX beside a new `out`
 _OLD = "posenc-old"  # .<name>.posenc-old-XXXX: an old set renamed aside by posenc versions that swapped folders
@@ -60,10 +59,15 @@ def interrupted_message(out: Path) -> str:
     or changed nothing there (the old files stay)."""
     state = _PUBLISHED.get(os.path.realpath(out))
     if state == "published":
-        return f"interrupted after the new files were published in {out} (all of them; only the summary printed here is missing)"
+        return (
+            f"interrupted after the new files were published in {out} (all of them; only the summary printed here "
+            "is missing)"
+        )
     if state == "recorded":
-        return (f"interrupted while publishing the new files in {out}: the next posenc command writing there "
-                "puts the rest in place")
+        return (
+            f"interrupted while publishing the new files in {out}: the next posenc command writing there "
+            "puts the rest in place"
+        )
     return f"interrupted; nothing in {out} was changed (its old files are as they were)"
 
 
@@ -120,8 +124,10 @@ def settle(out: Path) -> None:
         with _locked(out):
             recover(out)
     except OSError as err:
-        raise PosencError(f"cannot finish publishing the tables in {out}: {err.strerror or err}; the next posenc "
-                          "command writing there tries again") from err
+        raise PosencError(
+            f"cannot finish publishing the tables in {out}: {err.strerror or err}; the next posenc "
+            "command writing there tries again"
+        ) from err
 
 
 @contextmanager
@@ -257,8 +263,15 @@ def _commit(stage: Path, out: Path, discards: list[str]) -> None:
             return
         out.mkdir(parents=True, exist_ok=True)  # it appeared meanwhile (or no renameat2): file by file
     names = _staged(stage)
-    remove = sorted({p.relative_to(out).as_posix() for pattern in discards for p in out.glob(pattern)
-                     if not p.is_dir() or p.is_symlink()} - set(names))
+    remove = sorted(
+        {
+            p.relative_to(out).as_posix()
+            for pattern in discards
+            for p in out.glob(pattern)
+            if not p.is_dir() or p.is_symlink()
+        }
+        - set(names)
+    )
     _in_the_way(out, names)
     record = {"files": names, "remove": remove}
     _write_record(stage, record)
@@ -268,8 +281,10 @@ def _commit(stage: Path, out: Path, discards: list[str]) -> None:
     except KeyboardInterrupt:  # a few renames from done: finish them rather than leave the set half-moved
         _move_in(stage, out, record)
     except OSError as err:
-        raise PosencError(f"cannot write tables to {out}: {err.strerror or err}; the rest of the new files "
-                          f"wait in {stage}, and the next posenc command writing there puts them in place") from err
+        raise PosencError(
+            f"cannot write tables to {out}: {err.strerror or err}; the rest of the new files "
+            f"wait in {stage}, and the next posenc command writing there puts them in place"
+        ) from err
     _PUBLISHED[os.path.realpath(out)] = "published"
 
 
@@ -280,8 +295,7 @@ def check_writable(what: str, location: str | Path, reserve: int = 0) -> None:
     ``reserve``: bytes a name must leave free for the names derived from it (staging folders)."""
     path = Path(location).expanduser()
     if any(len(os.fsencode(part)) > 255 - reserve for part in path.parts):
-        raise PosencError(f"cannot write to {what}={location}: a name in it is longer than {255 - reserve} "
-                          "bytes")
+        raise PosencError(f"cannot write to {what}={location}: a name in it is longer than {255 - reserve} bytes")
     ancestor = path
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent

@@ -35,7 +35,8 @@ def summary_markdown(table: pd.DataFrame, factor: float) -> str:
         "Mean over heads. `rotary`: all-ones q.k after `rotate`, 1 at distance 0; `rotary_bound`: RoFormer's "
         "relative upper bound (§3.4.3); `bias`: additive logit; `absolute`: cosine similarity of position "
         f"vectors. Scaled RoPE variants at factor {factor:g}.\n\n"
-        + summary(table).to_markdown(index=False, floatfmt=".4f") + "\n"
+        + summary(table).to_markdown(index=False, floatfmt=".4f")
+        + "\n"
     )
 
 
@@ -56,14 +57,34 @@ def _scaling_label(scaling: str, factor: float) -> str:
 #: Figure of each component: (file stem, title, y label, log2 x axis, panels share the y axis). Biases
 #: get their own y axes: ALiBi's steepest head reaches -500 at 2048, learned biases stay within a few units.
 FIGURES = {
-    "rotary": ("rotary", "rotary: score of all-ones q, k after rotate (1 at distance 0)", "normalised score",
-               True, True),
-    "rotary_bound": ("rotary_bound", "rotary: RoFormer relative upper bound (§3.4.3)", "relative upper bound",
-                     True, True),
-    "bias": ("bias", "score bias per head (light) and mean over heads (own y axis per panel)", "additive logit",
-             True, False),
-    "absolute": ("absolute", "absolute: cosine similarity of embed(0) rows m and m − d", "cosine similarity",
-                 True, True),
+    "rotary": (
+        "rotary",
+        "rotary: score of all-ones q, k after rotate (1 at distance 0)",
+        "normalised score",
+        True,
+        True,
+    ),
+    "rotary_bound": (
+        "rotary_bound",
+        "rotary: RoFormer relative upper bound (§3.4.3)",
+        "relative upper bound",
+        True,
+        True,
+    ),
+    "bias": (
+        "bias",
+        "score bias per head (light) and mean over heads (own y axis per panel)",
+        "additive logit",
+        True,
+        False,
+    ),
+    "absolute": (
+        "absolute",
+        "absolute: cosine similarity of embed(0) rows m and m − d",
+        "cosine similarity",
+        True,
+        True,
+    ),
 }
 
 
@@ -89,8 +110,14 @@ def write_figures(table: pd.DataFrame, out_dir: Path) -> list[Path]:
         panels = list(view.groupby(["encoder", "source"], sort=False))
         cols = min(4, len(panels))
         rows = math.ceil(len(panels) / cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 0.4, 2.9 * rows + 0.5), sharey=sharey,
-                                 squeeze=False, constrained_layout=True)
+        fig, axes = plt.subplots(
+            rows,
+            cols,
+            figsize=(3.6 * cols + 0.4, 2.9 * rows + 0.5),
+            sharey=sharey,
+            squeeze=False,
+            constrained_layout=True,
+        )
         for ax, ((encoder, source), panel) in zip(axes.flat, panels):
             for scaling, curve in panel.groupby("scaling", sort=False):
                 for _, head in curve.groupby("head", dropna=True) if curve["head"].notna().any() else []:
@@ -99,8 +126,9 @@ def write_figures(table: pd.DataFrame, out_dir: Path) -> list[Path]:
                 label = _scaling_label(scaling, float(curve["scaling_factor"].iloc[0]))
                 width = 1.4 if curve["head"].notna().any() else 0.9
                 ax.plot(mean.index, mean.values, color=colour[scaling], linewidth=width, label=label)
-            mark_training_lengths(ax, [n for n in set(panel["train_length"]) if n <= panel["distance"].max()],
-                                  at_top=True)
+            mark_training_lengths(
+                ax, [n for n in set(panel["train_length"]) if n <= panel["distance"].max()], at_top=True
+            )
             if logx:
                 ax.set_xscale("log", base=2)
             ax.set_title(_source_label(encoder, source), fontsize=9)
@@ -111,7 +139,7 @@ def write_figures(table: pd.DataFrame, out_dir: Path) -> list[Path]:
                 ax.legend(fontsize=6)
         for ax in axes[:, 0]:
             ax.set_ylabel(ylabel, fontsize=8)
-        for ax in list(axes.flat)[len(panels):]:
+        for ax in list(axes.flat)[len(panels) :]:
             ax.set_visible(False)
         fig.suptitle(title, fontsize=10)
         pngs.append(save_figure(fig, out_dir, stem)[0])

@@ -49,18 +49,28 @@ _KAZEMNEJAD_REPORTED = {
 # Their mean reciprocal rank over the same rows as their notebook computes it (compute_mean_reciprocal_rank:
 # each seed's five runs ranked per split, 1/rank averaged over splits and seeds; these rows have no ties).
 _KAZEMNEJAD_MEAN_RANK = {T5: 0.917, NOPE: 0.528, ALIBI: 0.375, SIN: 0.233, ROPE: 0.231}
-_KAZEMNEJAD_WHERE = ("exact match over (L, 2L], L = 20, mean of 3 seeds; McGill-NLP/length-generalization "
-                     f"{KAZEMNEJAD_FILE}, job_type {KAZEMNEJAD_JOB}, field {KAZEMNEJAD_FIELD}, split ")
+_KAZEMNEJAD_WHERE = (
+    "exact match over (L, 2L], L = 20, mean of 3 seeds; McGill-NLP/length-generalization "
+    f"{KAZEMNEJAD_FILE}, job_type {KAZEMNEJAD_JOB}, field {KAZEMNEJAD_FIELD}, split "
+)
 # Their ordering NoPE ≥ T5 > ALiBi > RoPE ≥ APE as its strict links (NoPE ≥ T5, RoPE ≥ APE are not strict).
-_KAZEMNEJAD_LINKS = ((T5, ALIBI), (ALIBI, ROPE), (NOPE, ALIBI), (NOPE, ROPE), (T5, ROPE), (NOPE, SIN),
-                     (T5, SIN), (ALIBI, SIN))
-_KAZEMNEJAD_SOURCE = ('Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalization '
-                      'in Transformers", NeurIPS')
+_KAZEMNEJAD_LINKS = (
+    (T5, ALIBI),
+    (ALIBI, ROPE),
+    (NOPE, ALIBI),
+    (NOPE, ROPE),
+    (T5, ROPE),
+    (NOPE, SIN),
+    (T5, SIN),
+    (ALIBI, SIN),
+)
+_KAZEMNEJAD_SOURCE = (
+    'Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalization in Transformers", NeurIPS'
+)
 _KAZEMNEJAD_ORDER = "NoPE ≥ T5's relative bias > ALiBi > RoPE ≥ absolute (APE; posenc: sinusoidal)"
 
 
-def shown_links(links: tuple[tuple[Side, Side], ...],
-                reported: dict[Side, float]) -> tuple[tuple[Side, Side], ...]:
+def shown_links(links: tuple[tuple[Side, Side], ...], reported: dict[Side, float]) -> tuple[tuple[Side, Side], ...]:
     """The ``(better, worse)`` links the paper's own numbers show: ``reported[better] > reported[worse]``."""
     return tuple((better, worse) for better, worse in links if reported[better] > reported[worse])
 
@@ -71,19 +81,24 @@ def _kazemnejad_mean_rank() -> Claim:
     test range (1×, 2×]. posenc ranks them on its two tasks that match theirs (:data:`KAZEMNEJAD_SPLITS`)."""
     paper = ", ".join(f"{side.label()} {v:.3f}" for side, v in _KAZEMNEJAD_MEAN_RANK.items())
     return Claim(
-        key="kazemnejad2023_mean_rank", source=_KAZEMNEJAD_SOURCE,
+        key="kazemnejad2023_mean_rank",
+        source=_KAZEMNEJAD_SOURCE,
         statement="Past the training length, the encodings' mean reciprocal rank on exact match across copy "
-                  f"and reverse orders them {_KAZEMNEJAD_ORDER}",
-        task="copy", more_tasks=("reverse",), metric="exact_match", windows=(PAST_1X,),
+        f"and reverse orders them {_KAZEMNEJAD_ORDER}",
+        task="copy",
+        more_tasks=("reverse",),
+        metric="exact_match",
+        windows=(PAST_1X,),
         expect=tuple(MeanRank(better, worse) for better, worse in _KAZEMNEJAD_LINKS),
         caveat="the paper's headline is this aggregate, over tasks and seeds (its notebook's "
-               "compute_mean_reciprocal_rank ranks each seed's run per task and breaks ties by row order); "
-               "posenc ranks each task's expected exact match, known up to the pairwise intervals, so a link "
-               "holds only when every ranking those intervals allow puts it the expected way. The 8 strict "
-               "links are tested; NoPE ≥ T5 and RoPE ≥ APE are not strict and are not. The paper's own mean "
-               f"reciprocal ranks on the two matched splits ({KAZEMNEJAD_SPLITS['copy']}, "
-               f"{KAZEMNEJAD_SPLITS['reverse']}, field {KAZEMNEJAD_FIELD}): {paper}; every tested link holds "
-               "there, NoPE ≥ T5 does not")
+        "compute_mean_reciprocal_rank ranks each seed's run per task and breaks ties by row order); "
+        "posenc ranks each task's expected exact match, known up to the pairwise intervals, so a link "
+        "holds only when every ranking those intervals allow puts it the expected way. The 8 strict "
+        "links are tested; NoPE ≥ T5 and RoPE ≥ APE are not strict and are not. The paper's own mean "
+        f"reciprocal ranks on the two matched splits ({KAZEMNEJAD_SPLITS['copy']}, "
+        f"{KAZEMNEJAD_SPLITS['reverse']}, field {KAZEMNEJAD_FIELD}): {paper}; every tested link holds "
+        "there, NoPE ≥ T5 does not",
+    )
 
 
 def _kazemnejad(task: str) -> Claim:
@@ -98,21 +113,29 @@ def _kazemnejad(task: str) -> Claim:
     """
     reported = _KAZEMNEJAD_REPORTED[task]
     links = shown_links(_KAZEMNEJAD_LINKS, reported)
-    left = [f"{b.label()} > {w.label()} ({reported[b]:.3f} against {reported[w]:.3f})"
-            for b, w in _KAZEMNEJAD_LINKS if (b, w) not in links]
+    left = [
+        f"{b.label()} > {w.label()} ({reported[b]:.3f} against {reported[w]:.3f})"
+        for b, w in _KAZEMNEJAD_LINKS
+        if (b, w) not in links
+    ]
     untested = f"; not tested on {task}, where the paper's own numbers reverse it: {', '.join(left)}"
     return Claim(
-        key=f"kazemnejad2023_{task}", source=_KAZEMNEJAD_SOURCE,
+        key=f"kazemnejad2023_{task}",
+        source=_KAZEMNEJAD_SOURCE,
         statement=f"Past the training length, exact match on {task} keeps each strict link of "
-                  f"{_KAZEMNEJAD_ORDER} that the paper's own {task} numbers show",
-        task=task, metric="exact_match", windows=(PAST_1X, Window(2, 4)), expect=_beats(*links),
+        f"{_KAZEMNEJAD_ORDER} that the paper's own {task} numbers show",
+        task=task,
+        metric="exact_match",
+        windows=(PAST_1X, Window(2, 4)),
+        expect=_beats(*links),
         caveat="secondary to kazemnejad2023_mean_rank, the paper's form of the claim; NoPE ≥ T5 and RoPE ≥ "
-               f"APE are not strict and are not tested{untested if left else ''}. The paper trains on lengths "
-               "drawn from U(1, L) and tests U(1, 2L), scoring (L, 2L]; (2×, 4×] asks whether the order "
-               "persists past its range. Learned positions have no rows past their table, so the paper's APE "
-               "is posenc's sinusoidal",
+        f"APE are not strict and are not tested{untested if left else ''}. The paper trains on lengths "
+        "drawn from U(1, L) and tests U(1, 2L), scoring (L, 2L]; (2×, 4×] asks whether the order "
+        "persists past its range. Learned positions have no rows past their table, so the paper's APE "
+        "is posenc's sinusoidal",
         reported=tuple(Reported(side, value) for side, value in reported.items()),
-        reported_where=_KAZEMNEJAD_WHERE + KAZEMNEJAD_SPLITS[task])
+        reported_where=_KAZEMNEJAD_WHERE + KAZEMNEJAD_SPLITS[task],
+    )
 
 
 def _ruoss(task: str) -> Claim:
@@ -124,16 +147,19 @@ def _ruoss(task: str) -> Claim:
     tasks/task.py), averaged over the test lengths - not whole-sequence exact match."""
     return Claim(
         key=f"ruoss2023_{task}",
-        source='Ruoss et al. 2023, "Randomized Positional Encodings Boost Length Generalization of '
-               'Transformers", ACL',
+        source='Ruoss et al. 2023, "Randomized Positional Encodings Boost Length Generalization of Transformers", ACL',
         statement="Randomized positions raise accuracy beyond the training length over their base "
-                  "encoding (posenc: sinusoidal)",
-        task=task, metric="token_accuracy", windows=(PAST_1X, Window(2, 16)), expect=_beats((RANDOMIZED, SIN)),
+        "encoding (posenc: sinusoidal)",
+        task=task,
+        metric="token_accuracy",
+        windows=(PAST_1X, Window(2, 16)),
+        expect=_beats((RANDOMIZED, SIN)),
         caveat="the paper reports the maximum over 10 seeds, posenc the mean over its seeds (a stricter "
-               "test where randomized positions vary from seed to seed); the paper draws one training length "
-               "per batch (posenc: task.length_draw=batch, conf/experiment/randomized_positions.yaml), and "
-               "under per-sequence draws with padding randomized positions do not reach mastery; needs "
-               "randomized runs whose base encoding is sinusoidal (posenc's default)")
+        "test where randomized positions vary from seed to seed); the paper draws one training length "
+        "per batch (posenc: task.length_draw=batch, conf/experiment/randomized_positions.yaml), and "
+        "under per-sequence draws with padding randomized positions do not reach mastery; needs "
+        "randomized runs whose base encoding is sinusoidal (posenc's default)",
+    )
 
 
 def _peng(task: str, metric: str, windows: tuple[int, ...], caveat: str = "") -> Claim:
@@ -142,11 +168,15 @@ def _peng(task: str, metric: str, windows: tuple[int, ...], caveat: str = "") ->
     return Claim(
         key=f"peng2023_{task}",
         source='Peng et al. 2023, "YaRN: Efficient Context Window Extension of Large Language Models" '
-               "(ICLR 2024), results without fine-tuning",
+        "(ICLR 2024), results without fine-tuning",
         statement="Without fine-tuning, YaRN extends RoPE at least as well as NTK-aware scaling, and both "
-                  "beat linear interpolation (YaRN ≤ NTK < linear in error)",
-        task=task, metric=metric, windows=windows, expect=_beats((NTK, LINEAR), (YARN, LINEAR)),
-        caveat="; ".join(c for c in (strict, caveat) if c))
+        "beat linear interpolation (YaRN ≤ NTK < linear in error)",
+        task=task,
+        metric=metric,
+        windows=windows,
+        expect=_beats((NTK, LINEAR), (YARN, LINEAR)),
+        caveat="; ".join(c for c in (strict, caveat) if c),
+    )
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -156,28 +186,32 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         key="press2022_lm",
         source='Press et al. 2022, "Train Short, Test Long: Attention with Linear Biases Enables Input '
-               'Length Extrapolation", ICLR, Fig. 1',
+        'Length Extrapolation", ICLR, Fig. 1',
         statement="ALiBi's perplexity stays flat far past the training length while sinusoidal's blows up; "
-                  "the ordering is ALiBi ≥ T5 > RoPE > sinusoidal",
+        "the ordering is ALiBi ≥ T5 > RoPE > sinusoidal",
         # On the change of loss from L (the same text read with a longer context), not the loss itself: what
         # Fig. 1 shows is how perplexity moves past L, and the loss at L differs from encoder to encoder with
         # how well each trained, which would decide a comparison of raw losses (issue 28).
-        task="lm", metric="loss_change", windows=(2, 4, 8),
+        task="lm",
+        metric="loss_change",
+        windows=(2, 4, 8),
         expect=_beats((ALIBI, ROPE), (T5, ROPE), (ROPE, SIN), (ALIBI, SIN)),
         caveat="ALiBi ≥ T5 is not strict and is not tested; the paper trains 247M-parameter models on "
-               "WikiText-103 at L = 512 and 1024 and reads perplexity to 16k tokens, posenc a 0.12M-parameter "
-               "byte-level model with 2 heads (so ALiBi's slopes are 1/16 and 1/256) at L = 128 "
-               "(conf/experiment/lm.yaml) to 8×"),
+        "WikiText-103 at L = 512 and 1024 and reads perplexity to 16k tokens, posenc a 0.12M-parameter "
+        "byte-level model with 2 heads (so ALiBi's slopes are 1/16 and 1/256) at L = 128 "
+        "(conf/experiment/lm.yaml) to 8×",
+    ),
     _ruoss("copy"),
     _ruoss("reverse"),
     Claim(
         key="zoology2023_retrieval",
-        source='Arora et al. 2023, "Zoology: Measuring and Improving Recall in Efficient Language Models", '
-               "ICLR 2024",
+        source='Arora et al. 2023, "Zoology: Measuring and Improving Recall in Efficient Language Models", ICLR 2024',
         statement="Attention solves multi-query associative recall (MQAR) in distribution — tested here "
-                  "as: rope and ALiBi attention each reach 0.95 held-out exact match at the training length "
-                  "within posenc's budget",
-        task="retrieval", metric="exact_match", windows=(1,),
+        "as: rope and ALiBi attention each reach 0.95 held-out exact match at the training length "
+        "within posenc's budget",
+        task="retrieval",
+        metric="exact_match",
+        windows=(1,),
         # "Solves": at least 0.95 exact match at the training length, with its interval, on the evaluation
         # sequences (not the ones training stopped on). Not posenc's mastery criterion (0.99 on held-out
         # checks, where training stops): a run stopped at its first check over 0.99 scores about that much, so
@@ -187,36 +221,39 @@ CLAIMS: tuple[Claim, ...] = (
         # fresh sequences.
         expect=(Threshold(ROPE, 0.95), Threshold(ALIBI, 0.95)),
         caveat="the first half of Zoology's claim; the comparative half (attention beats gated "
-               "convolutions) is zoology2023_retrieval_mixers, against Zoology's BaseConv; state-space models "
-               "(H3, Hyena, RWKV, ...) are not tested. Checked at posenc's training budget "
-               "(conf/experiment/headline_retrieval.yaml: 2 layers, at most 8000 steps), where Zoology "
-               "trains 64 epochs of 100k sequences with an lr sweep"),
+        "convolutions) is zoology2023_retrieval_mixers, against Zoology's BaseConv; state-space models "
+        "(H3, Hyena, RWKV, ...) are not tested. Checked at posenc's training budget "
+        "(conf/experiment/headline_retrieval.yaml: 2 layers, at most 8000 steps), where Zoology "
+        "trains 64 epochs of 100k sequences with an lr sweep",
+    ),
     # Zoology's comparative half, a claim of its own rather than two more checks of the one above: that one
     # stays judged on its own two checks (its Bonferroni level unchanged), and a comparison without BaseConv
     # runs (reports list only claims whose every side has runs) leaves it, and those reports, as they were.
     Claim(
         key="zoology2023_retrieval_mixers",
-        source='Arora et al. 2023, "Zoology: Measuring and Improving Recall in Efficient Language Models", '
-               "ICLR 2024",
+        source='Arora et al. 2023, "Zoology: Measuring and Improving Recall in Efficient Language Models", ICLR 2024',
         statement="At equal width, attention beats gated convolutions at multi-query associative recall "
-                  "(MQAR) — tested here as: rope and ALiBi attention each reach higher held-out exact match "
-                  "at the training length than BaseConv, Zoology's gated convolution (model.mixer=base_conv), "
-                  "in the same model at the same width and budget",
-        task="retrieval", metric="exact_match", windows=(1,),
+        "(MQAR) — tested here as: rope and ALiBi attention each reach higher held-out exact match "
+        "at the training length than BaseConv, Zoology's gated convolution (model.mixer=base_conv), "
+        "in the same model at the same width and budget",
+        task="retrieval",
+        metric="exact_match",
+        windows=(1,),
         # In distribution, as the claim above: a BaseConv that did not learn within its budget is the claim's
         # evidence, not a reason to withhold a verdict; both sides at chance is not testable.
         expect=_beats((ROPE, BASE_CONV), (ALIBI, BASE_CONV)),
         caveat="one point of Zoology's comparison: Zoology trains 2-layer models without MLPs at widths "
-               "d_model 64-512, sequence lengths 64-512 with 4-64 key-value pairs, sweeping the lr over 4 "
-               "values, 64 epochs of 100k sequences each, and finds that gated convolutions (BaseConv, H3, "
-               "Hyena) need a width growing with the number of key-value pairs to solve MQAR, where attention "
-               "solves it at every width; posenc checks one width and one number of pairs "
-               "(conf/experiment/headline_retrieval.yaml: d_model 64, 2 layers with MLPs, 32 tokens, 4 pairs, "
-               "one lr, at most 8000 steps), where a BaseConv that solves MQAR too makes the claim differ or "
-               "be inconclusive at this size without speaking to the scaling. Equal width is not equal size: "
-               "BaseConv's mixers have about a third of attention's parameters (10,688 against 32,768 there; "
-               "82,752 against 104,832 in all). posenc's BaseConv alternates a short (3-tap) and a long "
-               "explicit filter over the training length, layer by layer (Zoology's figure 2 configuration)"),
+        "d_model 64-512, sequence lengths 64-512 with 4-64 key-value pairs, sweeping the lr over 4 "
+        "values, 64 epochs of 100k sequences each, and finds that gated convolutions (BaseConv, H3, "
+        "Hyena) need a width growing with the number of key-value pairs to solve MQAR, where attention "
+        "solves it at every width; posenc checks one width and one number of pairs "
+        "(conf/experiment/headline_retrieval.yaml: d_model 64, 2 layers with MLPs, 32 tokens, 4 pairs, "
+        "one lr, at most 8000 steps), where a BaseConv that solves MQAR too makes the claim differ or "
+        "be inconclusive at this size without speaking to the scaling. Equal width is not equal size: "
+        "BaseConv's mixers have about a third of attention's parameters (10,688 against 32,768 there; "
+        "82,752 against 104,832 in all). posenc's BaseConv alternates a short (3-tap) and a long "
+        "explicit filter over the training length, layer by layer (Zoology's figure 2 configuration)",
+    ),
     _peng("lm", "loss_change", (2, 4, 8)),  # the same checkpoints under each method: at L all are identity
     _peng("passkey", "exact_match", (2, 4)),
     # Peng et al. on copy is not a claim here: linear interpolation at factor s = L'/L maps the offset between
@@ -227,12 +264,16 @@ CLAIMS: tuple[Claim, ...] = (
         key="sun2023_xpos",
         source='Sun et al. 2023, "A Length-Extrapolatable Transformer", ACL',
         statement="xPos extrapolates better than RoPE",
-        task="lm", metric="perplexity", windows=(4,), expect=_beats((XPOS, ROPE)),
+        task="lm",
+        metric="perplexity",
+        windows=(4,),
+        expect=_beats((XPOS, ROPE)),
         untestable_reason="the paper's extrapolation results are xPos with blockwise causal attention at "
-                          "inference (each block of the training length attends to itself and the block "
-                          "before, keys and values reused; §3.3, Fig. 3), which posenc does not offer: "
-                          "posenc's xpos runs full causal attention at every length, a setting the claim is "
-                          "not about"),
+        "inference (each block of the training length attends to itself and the block "
+        "before, keys and values reused; §3.3, Fig. 3), which posenc does not offer: "
+        "posenc's xpos runs full causal attention at every length, a setting the claim is "
+        "not about",
+    ),
 )
 
 

@@ -15,14 +15,14 @@ from pathlib import Path
 import pandas as pd
 
 from posenc import files as run_files
-from posenc.analysis.folders import discard, moved, settle, updating
 from posenc.analysis.compare import TABLE_STEM, aggregate, variants
-from posenc.errors import PosencError
+from posenc.analysis.folders import discard, moved, settle, updating
 from posenc.analysis.report import render
 from posenc.analysis.selection import CHOICES_STEM
 from posenc.analysis.store import Results, merge, read_results, write_results
 from posenc.analysis.tables import read_table, write_tables
 from posenc.analysis.views import summary_markdown
+from posenc.errors import PosencError
 
 REPORT = "report.md"
 
@@ -37,8 +37,9 @@ def select(results: Results, run_ids: set[str], lengths: list[int] | None) -> Re
     ev = ev.assign(variant=variants(ev))
     keys = ["run_id", "eval_length"]
     pick = ev[keys].drop_duplicates()
-    return Results(ev.reset_index(drop=True), results.sequences.merge(pick, on=keys),
-                   results.positions.merge(pick, on=keys))
+    return Results(
+        ev.reset_index(drop=True), results.sequences.merge(pick, on=keys), results.positions.merge(pick, on=keys)
+    )
 
 
 def compared_results(out: Path) -> Results:
@@ -46,13 +47,16 @@ def compared_results(out: Path) -> Results:
     what its report judged, for scripts that judge more (scripts/scale_check.py)."""
     results, run_ids = read_results(out), _compared_run_ids(out)
     if results is None or run_ids is None:
-        raise PosencError(f"{out} holds no comparison (no extrapolation.parquet and {TABLE_STEM}.parquet); run "
-                          "`posenc compare --out` there first")
+        raise PosencError(
+            f"{out} holds no comparison (no extrapolation.parquet and {TABLE_STEM}.parquet); run "
+            "`posenc compare --out` there first"
+        )
     return select(results, run_ids, _compared_lengths(out))
 
 
-def _write(out: Path, chosen: Results, command: str, choices: pd.DataFrame | None
-           ) -> tuple[pd.DataFrame, list[Path], dict]:
+def _write(
+    out: Path, chosen: Results, command: str, choices: pd.DataFrame | None
+) -> tuple[pd.DataFrame, list[Path], dict]:
     comparison = aggregate(chosen)
     paths = write_tables(comparison, out, TABLE_STEM)
     text, figures = render(chosen, comparison, out, command, choices)
@@ -69,8 +73,14 @@ def store_into(out: Path, new: Results) -> list[Path]:
 
 
 def compare_into(
-    out: Path, new: Results, run_ids: set[str], lengths: list[int] | None, command: str,
-    choices: pd.DataFrame | None = None, extend: bool = False, replaced: set[str] = frozenset(),
+    out: Path,
+    new: Results,
+    run_ids: set[str],
+    lengths: list[int] | None,
+    command: str,
+    choices: pd.DataFrame | None = None,
+    extend: bool = False,
+    replaced: set[str] = frozenset(),
     facts: dict[str, dict] | None = None,
 ) -> tuple[pd.DataFrame, list[Path], dict]:
     """Merge ``new`` into ``out``'s store, then aggregate ``run_ids`` and write tables, figures, report;
@@ -126,20 +136,26 @@ def check_extendable(out: Path) -> set[str]:
     """The runs ``out``'s comparison covers; an error where it holds none (``--extend``: before any work)."""
     compared = _compared_run_ids(out)
     if compared is None:
-        raise PosencError(f"{out} holds no comparison to extend (no {TABLE_STEM}.parquet); run `posenc compare "
-                          "--out` there without --extend first")
+        raise PosencError(
+            f"{out} holds no comparison to extend (no {TABLE_STEM}.parquet); run `posenc compare "
+            "--out` there without --extend first"
+        )
     return compared
 
 
-def _extended(out: Path, run_ids: set[str], choices: pd.DataFrame | None, replaced: set[str] = frozenset()
-              ) -> tuple[set[str], pd.DataFrame | None]:
+def _extended(
+    out: Path, run_ids: set[str], choices: pd.DataFrame | None, replaced: set[str] = frozenset()
+) -> tuple[set[str], pd.DataFrame | None]:
     """``run_ids`` and ``choices`` with those of ``out``'s comparison added (``posenc compare --extend``), but
     for the runs ``replaced``: given again, they are compared now only if ``run_ids`` holds them."""
     compared = check_extendable(out) - set(replaced)
     earlier = read_table(out, CHOICES_STEM)
     if earlier is not None and choices is not None:
-        choices = pd.concat([earlier, choices], ignore_index=True).drop_duplicates(
-            subset=["config_id", "key", "value"], keep="last").reset_index(drop=True)
+        choices = (
+            pd.concat([earlier, choices], ignore_index=True)
+            .drop_duplicates(subset=["config_id", "key", "value"], keep="last")
+            .reset_index(drop=True)
+        )
     elif earlier is not None:
         choices = earlier
     return compared | run_ids, choices
@@ -154,16 +170,19 @@ def regenerate(out: Path, command: str) -> tuple[pd.DataFrame, list[Path], dict]
     ``comparison`` table covers, re-aggregated from ``extrapolation``/``sequences``/``positions``."""
     settle(out)  # a publish a killed writer left half done is finished first: its comparison may be the one waiting
     if not (Path(out) / f"{TABLE_STEM}.parquet").is_file():  # before the lock, which would create `out`
-        raise PosencError(f"{out} holds no comparison (no {TABLE_STEM}.parquet); run `posenc compare --out` "
-                          "there first")
+        raise PosencError(
+            f"{out} holds no comparison (no {TABLE_STEM}.parquet); run `posenc compare --out` there first"
+        )
     for stem in ("extrapolation", "sequences", "positions", TABLE_STEM, CHOICES_STEM):  # before the lock, too
         run_files.check_regular(Path(out) / f"{stem}.parquet", "a result table")  # a FIFO would block the reader
     with updating(out) as stage:
         results = read_results(out)
         previous = read_table(out, TABLE_STEM)
         if results is None or previous is None:
-            raise PosencError(f"{out} holds no comparison (no extrapolation.parquet and comparison.parquet); "
-                              "run `posenc compare --out` there first")
+            raise PosencError(
+                f"{out} holds no comparison (no extrapolation.parquet and comparison.parquet); "
+                "run `posenc compare --out` there first"
+            )
         run_ids = _compared_run_ids(out)
         lengths = _compared_lengths(out)
         choices = read_table(out, CHOICES_STEM)

@@ -22,9 +22,9 @@ import pandas as pd
 import yaml
 
 from posenc import files as run_files
-from posenc.errors import PosencError
 from posenc.analysis.store import RunIdentity, run_identity, without_neutral
 from posenc.analysis.tables import describe_run, read_table
+from posenc.errors import PosencError
 from posenc.task_facts import has_mastery_criterion
 
 DEFAULT_TRAIN_LENGTH = 64  # conf/task/*.yaml's length: what a config without one was trained at
@@ -105,8 +105,9 @@ def _read_or_why(reader, path: Path) -> tuple[dict[str, Any], str | None]:
         return {}, str(err)
 
 
-def config_difference(old: dict[str, Any], new: dict[str, Any], prefix: str = "",
-                      names: tuple[str, str] = ("there", "now")) -> str | None:
+def config_difference(
+    old: dict[str, Any], new: dict[str, Any], prefix: str = "", names: tuple[str, str] = ("there", "now")
+) -> str | None:
     """The first key (dotted) whose value differs between two configs, or None: ``"a.b (1 there, 2 now)"``
     (``names``: what the two values are called)."""
     for key in sorted(set(old) | set(new), key=lambda k: (k != "name", k)):  # a changed name says most
@@ -121,8 +122,13 @@ def config_difference(old: dict[str, Any], new: dict[str, Any], prefix: str = ""
 
 
 # metrics.json's own record of its run, for files written before metrics carried the run id: (key, config path)
-_METRICS_FACTS = (("encoder", ("encoder", "name")), ("task", ("task", "name")), ("train_length", ("task", "length")),
-                  ("seed", ("seed",)), ("budget", ("train", "steps")))
+_METRICS_FACTS = (
+    ("encoder", ("encoder", "name")),
+    ("task", ("task", "name")),
+    ("train_length", ("task", "length")),
+    ("seed", ("seed",)),
+    ("budget", ("train", "steps")),
+)
 
 
 def metrics_disagreement(config: dict[str, Any], metrics: dict[str, Any], source: str = "config.yaml") -> str | None:
@@ -144,12 +150,15 @@ def metrics_disagreement(config: dict[str, Any], metrics: dict[str, Any], source
 
 def mixed_runs(run: Path, stray: str, kept: str, why: str) -> str:
     """The one line naming two files of run folder ``run`` that belong to different runs."""
-    return (f"{run}: {stray} and {kept} are of different runs ({why}); a run folder holds one run's files: move "
-            "the other run's away, or train the run again into an empty folder")
+    return (
+        f"{run}: {stray} and {kept} are of different runs ({why}); a run folder holds one run's files: move "
+        "the other run's away, or train the run again into an empty folder"
+    )
 
 
-def disagreement(run: Path, config: dict[str, Any], metrics: dict[str, Any], checkpoint: dict[str, Any] | None
-                 ) -> str | None:
+def disagreement(
+    run: Path, config: dict[str, Any], metrics: dict[str, Any], checkpoint: dict[str, Any] | None
+) -> str | None:
     """Why the files of run folder ``run`` are not one run's, in one line naming two of them; None where they
     agree: ``config`` (its ``config.yaml``), ``metrics`` (its ``metrics.json``: the run id it records, and the
     step training ended at) and ``checkpoint`` (its payload: its config and step), each as far as it is present
@@ -160,16 +169,21 @@ def disagreement(run: Path, config: dict[str, Any], metrics: dict[str, Any], che
     held = checkpoint.get("config") if isinstance(checkpoint, dict) else None
     if not isinstance(held, dict):
         return None
-    if config and (diff := config_difference(without_neutral(config), without_neutral(held),
-                                             names=("in config.yaml", "in checkpoint.pt"))):
+    if config and (
+        diff := config_difference(
+            without_neutral(config), without_neutral(held), names=("in config.yaml", "in checkpoint.pt")
+        )
+    ):
         return mixed_runs(run, run_files.CHECKPOINT_FILE, run_files.CONFIG_FILE, diff)
     if metrics and (why := metrics_disagreement(held, metrics, source=run_files.CHECKPOINT_FILE)):
         return mixed_runs(run, run_files.METRICS_FILE, run_files.CHECKPOINT_FILE, why)
     step, steps = checkpoint.get("step"), metrics.get("steps")
     if isinstance(step, int) and isinstance(steps, int) and step != steps:
-        return (f"{run}: metrics.json and checkpoint.pt are not of one moment of training (it ended at step {steps} "
-                f"in metrics.json, checkpoint.pt is at step {step}); move the stray file away, or train the run "
-                "again into an empty folder")
+        return (
+            f"{run}: metrics.json and checkpoint.pt are not of one moment of training (it ended at step {steps} "
+            f"in metrics.json, checkpoint.pt is at step {step}); move the stray file away, or train the run "
+            "again into an empty folder"
+        )
     return None
 
 
@@ -187,8 +201,12 @@ class _PlainData(pickle.Unpickler):
     """Unpickles plain data only (dicts, lists, tuples, numbers, strings); every class or function the pickle
     names is :class:`_Stub`, every tensor storage None: nothing is imported and no code runs."""
 
-    _PLAIN = {("collections", "OrderedDict"): collections.OrderedDict, ("builtins", "set"): set,
-              ("builtins", "frozenset"): frozenset, ("builtins", "slice"): slice}
+    _PLAIN = {
+        ("collections", "OrderedDict"): collections.OrderedDict,
+        ("builtins", "set"): set,
+        ("builtins", "frozenset"): frozenset,
+        ("builtins", "slice"): slice,
+    }
 
     def find_class(self, module: str, name: str) -> Any:
         return self._PLAIN.get((module, name), _Stub)
@@ -240,8 +258,10 @@ def read_config(run: Path) -> dict[str, Any]:
     missing, special (a FIFO), unreadable, not YAML or not a mapping raises one line naming the file."""
     path = Path(run) / run_files.CONFIG_FILE
     if not os.path.lexists(path):
-        raise PosencError(f"{run} has no {run_files.CONFIG_FILE} (it names the run's configuration); not a posenc "
-                          "run folder, or a damaged one")
+        raise PosencError(
+            f"{run} has no {run_files.CONFIG_FILE} (it names the run's configuration); not a posenc "
+            "run folder, or a damaged one"
+        )
     run_files.check_regular(path, "a run's config")
     try:
         config = yaml.safe_load(path.read_text())
@@ -250,8 +270,10 @@ def read_config(run: Path) -> dict[str, Any]:
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise PosencError(f"damaged {path}: not YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(config, dict) or not config:
-        raise PosencError(f"damaged {path}: {'empty' if not config else 'not a mapping'}; it names the run's "
-                          "configuration: restore it or train the run again")
+        raise PosencError(
+            f"damaged {path}: {'empty' if not config else 'not a mapping'}; it names the run's "
+            "configuration: restore it or train the run again"
+        )
     return config
 
 
@@ -277,8 +299,11 @@ def training_table(runs: list[Path], notes: list[str] | None = None) -> pd.DataF
             if notes is not None and os.path.lexists(run / run_files.METRICS_FILE):
                 notes.append(str(err))
         checkpoint = run / run_files.CHECKPOINT_FILE
-        if metrics and (why := disagreement(run, run_config(run), metrics,
-                                            peek_checkpoint(checkpoint) if checkpoint.is_file() else None)):
+        if metrics and (
+            why := disagreement(
+                run, run_config(run), metrics, peek_checkpoint(checkpoint) if checkpoint.is_file() else None
+            )
+        ):
             metrics = {}  # files of two runs: neither one's numbers
             if notes is not None:
                 notes.append(why)

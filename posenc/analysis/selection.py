@@ -25,14 +25,24 @@ from pathlib import Path
 import pandas as pd
 
 from posenc import files as run_files
-from posenc.errors import PosencError
-from posenc.analysis.store import flatten_config, run_identity
 from posenc.analysis.run_folder import learned_from_metrics
+from posenc.analysis.store import flatten_config, run_identity
+from posenc.errors import PosencError
 from posenc.task_facts import has_mastery_criterion
 
 CHOICES_STEM = "choices"
-COLUMNS = ["task", "encoder", "config_id", "key", "value", "seeds", "n_learned", "n_trained", "steps_to_learn",
-           "chosen"]  # config_id: the configuration without the key and the seed (posenc.analysis.store.run_identity)
+COLUMNS = [
+    "task",
+    "encoder",
+    "config_id",
+    "key",
+    "value",
+    "seeds",
+    "n_learned",
+    "n_trained",
+    "steps_to_learn",
+    "chosen",
+]  # config_id: the configuration without the key and the seed (posenc.analysis.store.run_identity)
 
 
 def _candidate_rows(runs: list[Path], key: str, configs: list[dict]) -> pd.DataFrame:
@@ -80,20 +90,37 @@ def _with_earlier(candidates: pd.DataFrame, earlier: pd.DataFrame) -> pd.DataFra
         seeds = {s for s in str(old["seeds"]).split(",") if s}
         row = index.get((old["config_id"], str(old["value"])))
         if row is None:  # a value weighed before and not given now: still a candidate
-            rows.append({"group": old["config_id"], "value_text": json.dumps(old["value"]), "task": old["task"],
-                         "encoder": old["encoder"], "value": old["value"], "seeds": old["seeds"],
-                         "n_learned": old["n_learned"], "n_trained": old["n_trained"],
-                         "steps_to_learn": old["steps_to_learn"], "_exact": math.nan, "_key": str(old["value"])})
+            rows.append(
+                {
+                    "group": old["config_id"],
+                    "value_text": json.dumps(old["value"]),
+                    "task": old["task"],
+                    "encoder": old["encoder"],
+                    "value": old["value"],
+                    "seeds": old["seeds"],
+                    "n_learned": old["n_learned"],
+                    "n_trained": old["n_trained"],
+                    "steps_to_learn": old["steps_to_learn"],
+                    "_exact": math.nan,
+                    "_key": str(old["value"]),
+                }
+            )
             continue
         mine = set(str(row["seeds"]).split(","))
         if seeds & mine:  # the same runs given again: the new row holds them
             continue
         learned = row["n_learned"] + old["n_learned"]
-        steps = [(m, n) for m, n in ((row["steps_to_learn"], row["n_learned"]),
-                                     (old["steps_to_learn"], old["n_learned"])) if n and not math.isnan(m)]
-        row.update(seeds=",".join(sorted(mine | seeds, key=int)), n_learned=learned,
-                   n_trained=row["n_trained"] + old["n_trained"],
-                   steps_to_learn=sum(m * n for m, n in steps) / sum(n for _, n in steps) if steps else math.nan)
+        steps = [
+            (m, n)
+            for m, n in ((row["steps_to_learn"], row["n_learned"]), (old["steps_to_learn"], old["n_learned"]))
+            if n and not math.isnan(m)
+        ]
+        row.update(
+            seeds=",".join(sorted(mine | seeds, key=int)),
+            n_learned=learned,
+            n_trained=row["n_trained"] + old["n_trained"],
+            steps_to_learn=sum(m * n for m, n in steps) / sum(n for _, n in steps) if steps else math.nan,
+        )
     return pd.DataFrame(rows).drop(columns="_key")
 
 
@@ -117,15 +144,20 @@ def check_choose_key(key: str) -> None:
 
     head = key.partition(".")[0]
     if key == "seed":
-        raise PosencError("--choose seed: seeds of one configuration are pooled, never chosen among (keeping the "
-                          "best seed would report luck); choose a setting, e.g. --choose train.lr")
+        raise PosencError(
+            "--choose seed: seeds of one configuration are pooled, never chosen among (keeping the "
+            "best seed would report luck); choose a setting, e.g. --choose train.lr"
+        )
     if head == "hydra" or key in RUN_NEUTRAL_KEYS or head in RUN_NEUTRAL_KEYS:
-        raise PosencError(f"--choose {key}: {key} does not change what a run computes (it is not part of a run's "
-                          "identity), so there is nothing to choose; choose a setting, e.g. --choose train.lr")
+        raise PosencError(
+            f"--choose {key}: {key} does not change what a run computes (it is not part of a run's "
+            "identity), so there is nothing to choose; choose a setting, e.g. --choose train.lr"
+        )
 
 
-def choose_runs(runs: list[Path], configs: list[dict], key: str,
-                earlier: pd.DataFrame | None = None) -> tuple[list[Path], pd.DataFrame]:
+def choose_runs(
+    runs: list[Path], configs: list[dict], key: str, earlier: pd.DataFrame | None = None
+) -> tuple[list[Path], pd.DataFrame]:
     """The runs of the chosen candidate of each configuration, and the table of every candidate.
 
     Args:
@@ -161,7 +193,8 @@ def choose_runs(runs: list[Path], configs: list[dict], key: str,
     steps = candidates["steps_to_learn"].fillna(math.inf)
     exact = candidates["_exact"].fillna(-math.inf)
     order = candidates.assign(_steps=steps, _em=exact).sort_values(
-        ["group", "n_learned", "_steps", "_em", "value_text"], ascending=[True, False, True, False, True])
+        ["group", "n_learned", "_steps", "_em", "value_text"], ascending=[True, False, True, False, True]
+    )
     winners = order.groupby("group", sort=False).head(1).index
     candidates["chosen"] = candidates.index.isin(winners)
     chosen = set(zip(candidates.loc[winners, "group"], candidates.loc[winners, "value_text"]))

@@ -115,8 +115,10 @@ def _betacf(a: float, b: float, x: float) -> float:
     d = 1 / (d if abs(d) > tiny else tiny)
     h = d
     for m in range(1, 10_000):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
             d = 1 + num * d
             d = 1 / (d if abs(d) > tiny else tiny)
             c = 1 + num / c
@@ -160,9 +162,13 @@ def t_quantile(df: float, level: float = 0.95) -> float:
         return math.tan(math.pi * level / 2)
     if df == 2:
         return level * math.sqrt(2 / (1 - level * level))
-    t = (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-         + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
-         + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * df**4))
+    t = (
+        z
+        + (z**3 + z) / (4 * df)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
+        + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * df**4)
+    )
     if df > 1000:
         return t
     lo, hi = z, math.tan(math.pi * level / 2)
@@ -179,8 +185,7 @@ def t_quantile(df: float, level: float = 0.95) -> float:
     return t
 
 
-def wilson_interval(p: float, n: float, z: float | None = None, *,
-                    level: float = 0.95) -> tuple[float, float]:
+def wilson_interval(p: float, n: float, z: float | None = None, *, level: float = 0.95) -> tuple[float, float]:
     """Wilson's score interval for a proportion (Wilson 1927, JASA 22:209-212).
 
     ``(p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)``; ``p = 0`` gives ``(0, z²/(n+z²))``.
@@ -264,8 +269,9 @@ def _check_shares(arrays: Sequence[np.ndarray]) -> None:
             raise ValueError("bounded=True needs values in [0, 1] (shares); pass bounded=False for losses")
 
 
-def group_estimate(values: Sequence[np.ndarray], bounded: bool = True, *, level: float = 0.95,
-                   block: int | None = None) -> Estimate:
+def group_estimate(
+    values: Sequence[np.ndarray], bounded: bool = True, *, level: float = 0.95, block: int | None = None
+) -> Estimate:
     """Mean of a group of seeds with the interval posenc reports (see the module docstring).
 
     Args:
@@ -347,8 +353,15 @@ def _seed_term(mats: Sequence[np.ndarray], level: float, same_seeds: bool = Fals
     return total * (t_quantile(df, level) / normal_quantile(level)) ** 2
 
 
-def paired_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray], bounded: bool = True, *,
-                      level: float = 0.95, block: int | None = None, same_seeds: bool = False) -> Estimate:
+def paired_difference(
+    a: Sequence[np.ndarray],
+    b: Sequence[np.ndarray],
+    bounded: bool = True,
+    *,
+    level: float = 0.95,
+    block: int | None = None,
+    same_seeds: bool = False,
+) -> Estimate:
     """``mean(a) - mean(b)`` for two groups of seeds scored on the same sequences, paired by sequence.
 
     ``D_i`` = (mean over a's seeds of ``a_{s,i}``) − (mean over b's seeds of ``b_{s,i}``); its mean is the
@@ -383,8 +396,7 @@ def paired_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray], bounded:
     z = normal_quantile(level)
     sides = [[np.asarray(v, dtype=float).ravel() for v in side] for side in (a, b)]
     if same_seeds and len(sides[0]) != len(sides[1]):
-        raise ValueError(f"same_seeds needs one array per seed on both sides, not {len(sides[0])} and "
-                         f"{len(sides[1])}")
+        raise ValueError(f"same_seeds needs one array per seed on both sides, not {len(sides[0])} and {len(sides[1])}")
     if same_seeds:  # a seed empty on one side leaves both: rows stay one run each
         sides = [list(side) for side in zip(*[(x, y) for x, y in zip(*sides) if x.size and y.size])] or [[], []]
     sides = [[v for v in side if v.size] for side in sides]

@@ -24,8 +24,8 @@ from typing import Any
 
 import pandas as pd
 
-from posenc.errors import PosencError
 from posenc.analysis.tables import read_table, write_tables
+from posenc.errors import PosencError
 
 NO_SCALING = "none"  # the RoPE scaling method "as trained": a value of --rope-scaling and of the `scaling` column
 
@@ -47,7 +47,8 @@ NO_DEPTH = -1.0  # the depth key of rows without one (NaN never equals itself in
 
 # The one declaration of the config keys that do not change what a run computes (dotted for nested keys). From
 # it: a run's identity leaves them out (run_identity), a run resumes under other values of them
-# (posenc.running.checkpoint.comparable), --choose refuses them (posenc.analysis.selection), and Hydra leaves them out of a run's
+# (posenc.running.checkpoint.comparable), --choose refuses them (posenc.analysis.selection), and Hydra leaves them
+# out of a run's
 # folder name (conf/config.yaml's override_dirname.exclude_keys, held equal to this by tests/test_store.py).
 RUN_NEUTRAL_KEYS = (
     "device", "progress", "resume", "paths", "logger",  # where and how it runs, and what it reports to
@@ -141,15 +142,22 @@ class Results:
 
     @classmethod
     def empty(cls) -> Results:
-        return cls(pd.DataFrame(columns=COLUMNS), pd.DataFrame(columns=SEQUENCE_COLUMNS),
-                   pd.DataFrame(columns=POSITION_COLUMNS))
+        return cls(
+            pd.DataFrame(columns=COLUMNS),
+            pd.DataFrame(columns=SEQUENCE_COLUMNS),
+            pd.DataFrame(columns=POSITION_COLUMNS),
+        )
 
     @classmethod
     def concat(cls, parts: list[Results]) -> Results:
         if not parts:
             return cls.empty()
-        return cls(*(pd.concat([getattr(p, t) for p in parts], ignore_index=True)
-                     for t in ("evaluations", "sequences", "positions")))
+        return cls(
+            *(
+                pd.concat([getattr(p, t) for p in parts], ignore_index=True)
+                for t in ("evaluations", "sequences", "positions")
+            )
+        )
 
     def done(self) -> frozenset[tuple[str, int, str]]:
         """(run_id, eval_length, scaling) evaluated with their sequences: nothing to evaluate again."""
@@ -161,8 +169,11 @@ class Results:
 
 def _keys(table: pd.DataFrame) -> pd.Series:
     depth = table["depth"].astype(float).fillna(NO_DEPTH)
-    return pd.Series(list(zip(table["run_id"], table["eval_length"].astype(int), table["scaling"], depth)),
-                     index=table.index, dtype=object)
+    return pd.Series(
+        list(zip(table["run_id"], table["eval_length"].astype(int), table["scaling"], depth)),
+        index=table.index,
+        dtype=object,
+    )
 
 
 def merge(existing: Results | None, new: Results) -> Results:
@@ -180,7 +191,8 @@ def merge(existing: Results | None, new: Results) -> Results:
 
 def _sorted(results: Results) -> Results:
     ev = results.evaluations.sort_values(
-        ["task", "encoder", "config_id", "seed", "scaling", "depth", "eval_length"], ignore_index=True)
+        ["task", "encoder", "config_id", "seed", "scaling", "depth", "eval_length"], ignore_index=True
+    )
     seq = results.sequences.sort_values([*KEY, "sequence"], ignore_index=True)
     pos = results.positions.sort_values([*KEY, "position"], ignore_index=True)
     return Results(ev[COLUMNS], seq[SEQUENCE_COLUMNS], pos[POSITION_COLUMNS])
@@ -195,16 +207,23 @@ def read_results(out_dir: Path) -> Results | None:
         if column not in evaluations.columns:
             evaluations[column] = value
     tables = [evaluations, read_table(out_dir, SEQUENCES), read_table(out_dir, POSITIONS)]
-    for table, columns, stem in zip(tables, (COLUMNS, SEQUENCE_COLUMNS, POSITION_COLUMNS),
-                                    (EVALUATIONS, SEQUENCES, POSITIONS)):
+    for table, columns, stem in zip(
+        tables, (COLUMNS, SEQUENCE_COLUMNS, POSITION_COLUMNS), (EVALUATIONS, SEQUENCES, POSITIONS)
+    ):
         if table is not None and set(columns) - set(table.columns):
             missing = ", ".join(sorted(set(columns) - set(table.columns)))
-            raise PosencError(f"{Path(out_dir) / stem}.parquet is not a posenc {stem} table of this version "
-                              f"(no column {missing}); move it away or use another --out")
+            raise PosencError(
+                f"{Path(out_dir) / stem}.parquet is not a posenc {stem} table of this version "
+                f"(no column {missing}); move it away or use another --out"
+            )
     empty = Results.empty()
-    results = Results(evaluations[COLUMNS], *(t[c] if t is not None else getattr(empty, n) for t, c, n in
-                                              ((tables[1], SEQUENCE_COLUMNS, "sequences"),
-                                               (tables[2], POSITION_COLUMNS, "positions"))))
+    results = Results(
+        evaluations[COLUMNS],
+        *(
+            t[c] if t is not None else getattr(empty, n)
+            for t, c, n in ((tables[1], SEQUENCE_COLUMNS, "sequences"), (tables[2], POSITION_COLUMNS, "positions"))
+        ),
+    )
     check_agreement(results, Path(out_dir))
     return results
 
@@ -213,10 +232,16 @@ def check_agreement(results: Results, out_dir: Path) -> None:
     """Raise one line where ``sequences`` disagrees with ``extrapolation``: every evaluated row's
     ``n_sequences`` must be the number of its rows in ``sequences`` (rows deleted from, or added to, one table
     would otherwise be re-aggregated in silence, with intervals over the wrong sequences)."""
+
     def normal(table: pd.DataFrame) -> pd.DataFrame:
-        return pd.DataFrame({"run_id": table["run_id"].astype(str), "eval_length": table["eval_length"].astype(int),
-                             "scaling": table["scaling"].astype(str),
-                             "depth": table["depth"].astype(float).fillna(NO_DEPTH)})
+        return pd.DataFrame(
+            {
+                "run_id": table["run_id"].astype(str),
+                "eval_length": table["eval_length"].astype(int),
+                "scaling": table["scaling"].astype(str),
+                "depth": table["depth"].astype(float).fillna(NO_DEPTH),
+            }
+        )
 
     ev, seq = results.evaluations, results.sequences
     expected = normal(ev).assign(expected=pd.to_numeric(ev["n_sequences"], errors="coerce").fillna(0).astype(int))
@@ -233,13 +258,20 @@ def check_agreement(results: Results, out_dir: Path) -> None:
         f"{out_dir / SEQUENCES}.parquet disagrees with {out_dir / EVALUATIONS}.parquet: run {first['run_id']} at "
         f"length {int(first['eval_length'])} ({first['scaling']}{depth}) has {int(first['found'])} sequence rows where "
         f"n_sequences says {int(first['expected'])}{more}; the tables were edited or damaged: restore them, or "
-        "move them away and evaluate again")
+        "move them away and evaluate again"
+    )
 
 
 def write_results(out_dir: Path, results: Results, summary: str | None = None) -> list[Path]:
     """Write the three tables into ``out_dir`` (Parquet and CSV; Markdown for the evaluations only)."""
-    paths = write_tables(results.evaluations.drop(columns="config"), out_dir, EVALUATIONS, summary=summary,
-                         markdown=True, parquet_table=results.evaluations)
+    paths = write_tables(
+        results.evaluations.drop(columns="config"),
+        out_dir,
+        EVALUATIONS,
+        summary=summary,
+        markdown=True,
+        parquet_table=results.evaluations,
+    )
     paths += write_tables(results.sequences, out_dir, SEQUENCES, markdown=False, csv=False)
     paths += write_tables(results.positions, out_dir, POSITIONS, markdown=False, csv=False)
     return paths

@@ -12,6 +12,7 @@ import pandas as pd
 from posenc import files as run_files
 from posenc.errors import PosencError
 
+
 def describe_run(run: Path) -> str:
     """``run`` relative to the working directory when below it, else as given."""
     try:
@@ -36,8 +37,9 @@ def read_table(out_dir: Path, stem: str) -> pd.DataFrame | None:
     try:
         table = pd.read_parquet(path)
     except OSError as err:
-        raise PosencError(f"cannot read {path}: {err.strerror or type(err).__name__}; make it readable or move it "
-                          "away") from err
+        raise PosencError(
+            f"cannot read {path}: {err.strerror or type(err).__name__}; make it readable or move it away"
+        ) from err
     except Exception as err:  # a damaged file is reported, never silently overwritten
         raise PosencError(f"cannot update {path}: unreadable ({type(err).__name__}); move it away first") from err
     check_table(table, path, stem)
@@ -67,23 +69,37 @@ def check_table(table: pd.DataFrame, path: Path, stem: str) -> None:
     (a word, a number stored as text)."""
     missing = [c for c in REQUIRED_COLUMNS.get(stem, ()) if c not in table.columns]
     if missing:
-        raise PosencError(f"{path} is not a posenc {stem} table of this version (no column {', '.join(missing)}); "
-                          "restore it, or move it away and run the command that wrote it again")
+        raise PosencError(
+            f"{path} is not a posenc {stem} table of this version (no column {', '.join(missing)}); "
+            "restore it, or move it away and run the command that wrote it again"
+        )
     for column in table.columns:
         name = str(column)
-        kind = ("length" if name in LENGTH_COLUMNS else "flag" if name in FLAG_COLUMNS else "number"
-                if name in NUMBER_COLUMNS or name.endswith(("_mean", "_low", "_high")) else None)
+        kind = (
+            "length"
+            if name in LENGTH_COLUMNS
+            else "flag"
+            if name in FLAG_COLUMNS
+            else "number"
+            if name in NUMBER_COLUMNS or name.endswith(("_mean", "_low", "_high"))
+            else None
+        )
         values = table[column]
-        if kind is None or (kind == "number" and pd.api.types.is_numeric_dtype(values)) or (
-                kind == "flag" and pd.api.types.is_bool_dtype(values)):
+        if (
+            kind is None
+            or (kind == "number" and pd.api.types.is_numeric_dtype(values))
+            or (kind == "flag" and pd.api.types.is_bool_dtype(values))
+        ):
             continue
         bad = values.map(lambda v, kind=kind: not _fits(v, kind))
         if bad.any():
             row = int(bad.to_numpy().argmax())
             shown = {"length": "a whole number of tokens", "flag": "true or false", "number": "a number"}[kind]
-            raise PosencError(f"damaged {path}: column {name} holds {_shown(values.iloc[row])} (row {row + 1}), not "
-                              f"{shown}; the table was edited or damaged: restore it, or move it away and run the "
-                              "command that wrote it again")
+            raise PosencError(
+                f"damaged {path}: column {name} holds {_shown(values.iloc[row])} (row {row + 1}), not "
+                f"{shown}; the table was edited or damaged: restore it, or move it away and run the "
+                "command that wrote it again"
+            )
 
 
 def _shown(value) -> str:

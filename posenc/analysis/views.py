@@ -26,6 +26,8 @@ def summary_markdown(table: pd.DataFrame) -> str:
     for metric in SUMMARY_METRICS:
         pivot = summary(table, metric).reset_index()
         pivot.columns = [str(c) for c in pivot.columns]
-        parts.append(f"### {metric.replace('_', ' ')} by evaluation length (mean over seeds)\n\n"
-                     + pivot.to_markdown(index=False, floatfmt=".3f"))
+        parts.append(
+            f"### {metric.replace('_', ' ')} by evaluation length (mean over seeds)\n\n"
+            + pivot.to_markdown(index=False, floatfmt=".3f")
+        )
     return "\n\n".join(parts) + "\n"

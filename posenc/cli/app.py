@@ -13,13 +13,18 @@ from typing import Annotated, Optional
 
 import typer
 
+from posenc.analysis.printing import by_headline_metric, print_comparison, print_notes, print_registry, print_table
+from posenc.errors import PosencError
+from posenc.progress import console, print_error
 from posenc.running.arguments import (
-    DEFAULT_MAX_HOURS, check_eval_options, check_max_hours, experiment_single_run, parse_encoders, parse_lengths,
+    DEFAULT_MAX_HOURS,
+    check_eval_options,
+    check_max_hours,
+    experiment_single_run,
+    parse_encoders,
+    parse_lengths,
     parse_scalings,
 )
-from posenc.errors import PosencError
-from posenc.analysis.printing import by_headline_metric, print_comparison, print_notes, print_registry, print_table
-from posenc.progress import console, print_error
 
 app = typer.Typer(
     help="Compare positional encodings for transformers on length extrapolation.",
@@ -37,8 +42,7 @@ app = typer.Typer(
 DEFAULT_RESULTS = Path("results")
 RunsOption = Annotated[
     Optional[list[Path]],
-    typer.Option("--runs", metavar="PATH",
-                 help="Run directories, or folders holding them (e.g. a sweep). Repeatable."),
+    typer.Option("--runs", metavar="PATH", help="Run directories, or folders holding them (e.g. a sweep). Repeatable."),
 ]
 SequencesOption = Annotated[
     Optional[int], typer.Option(metavar="N", help="Sequences per length (default: ~32k tokens, at least 64).")
@@ -46,30 +50,48 @@ SequencesOption = Annotated[
 DeviceOption = Annotated[str, typer.Option(metavar="DEVICE", help="auto | cpu | cuda")]
 ScalingOption = Annotated[
     str,
-    typer.Option("--rope-scaling", metavar="METHODS", help="Comma-separated RoPE extension methods to evaluate "
-                 "rotary runs under, without retraining: none (as trained), linear, ntk, dynamic_ntk, yarn, "
-                 "llama3; options after a colon, e.g. yarn:beta_fast=16,beta_slow=1 or llama3:low_freq_factor=1 "
-                 "(an unknown option is refused with the method's options listed)."),
+    typer.Option(
+        "--rope-scaling",
+        metavar="METHODS",
+        help="Comma-separated RoPE extension methods to evaluate "
+        "rotary runs under, without retraining: none (as trained), linear, ntk, dynamic_ntk, yarn, "
+        "llama3; options after a colon, e.g. yarn:beta_fast=16,beta_slow=1 or llama3:low_freq_factor=1 "
+        "(an unknown option is refused with the method's options listed).",
+    ),
 ]
 NotLearnedOption = Annotated[
     bool,
-    typer.Option("--include-not-learned", help="Also evaluate runs that did not learn their task past their "
-                 "training length (by default they are evaluated there only); they stay marked not learned."),
+    typer.Option(
+        "--include-not-learned",
+        help="Also evaluate runs that did not learn their task past their "
+        "training length (by default they are evaluated there only); they stay marked not learned.",
+    ),
 ]
 MemoryOption = Annotated[
     bool,
-    typer.Option("--memory-check/--no-memory-check", help="Refuse, before any work, an evaluation estimated to "
-                 "need more memory than is available (--no-memory-check: try anyway)."),
+    typer.Option(
+        "--memory-check/--no-memory-check",
+        help="Refuse, before any work, an evaluation estimated to "
+        "need more memory than is available (--no-memory-check: try anyway).",
+    ),
 ]
 MaxHoursOption = Annotated[
     float,
-    typer.Option("--max-hours", metavar="HOURS", help="Refuse, before any work, an evaluation estimated to take "
-                 "longer than this many hours (inf: no limit); one estimated over a minute is announced."),
+    typer.Option(
+        "--max-hours",
+        metavar="HOURS",
+        help="Refuse, before any work, an evaluation estimated to take "
+        "longer than this many hours (inf: no limit); one estimated over a minute is announced.",
+    ),
 ]
 FactorOption = Annotated[
     Optional[float],
-    typer.Option("--rope-factor", metavar="FACTOR", help="Fixed extension factor for --rope-scaling (default: "
-                 "follows the evaluation length, s = eval length / training length)."),
+    typer.Option(
+        "--rope-factor",
+        metavar="FACTOR",
+        help="Fixed extension factor for --rope-scaling (default: "
+        "follows the evaluation length, s = eval length / training length).",
+    ),
 ]
 
 
@@ -109,9 +131,8 @@ def train(ctx: typer.Context) -> None:
     """
     from posenc.cli.hydra_entry import hydra_main
     from posenc.cli.precheck import precheck, quote_path_overrides
-
-    from posenc.running.config import store_plugin_configs
     from posenc.errors import ConfigError
+    from posenc.running.config import store_plugin_configs
 
     args = quote_path_overrides(ctx.args)  # resume=PATH of posenc's own folder names (`=`, `,`)
     with one_line_errors():
@@ -161,13 +182,13 @@ def extrapolate(
     by answer position in positions.parquet. With --rope-scaling, rotary runs are also evaluated under each
     RoPE extension method (a `scaling` column).
     """
-    from posenc.running.extrapolate import distinct_runs, not_learned_note, scaling_note
-    from posenc.running.extrapolate import extrapolate as run_extrapolation
     from posenc.analysis.folders import check_destination
     from posenc.analysis.pipeline import store_into
-    from posenc.running.runs import find_runs
     from posenc.analysis.store import read_results
     from posenc.analysis.views import summary
+    from posenc.running.extrapolate import distinct_runs, not_learned_note, scaling_note
+    from posenc.running.extrapolate import extrapolate as run_extrapolation
+    from posenc.running.runs import find_runs
 
     unreadable: list[str] = []
     with one_line_errors(out):
@@ -178,26 +199,41 @@ def extrapolate(
         found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable))
         check_destination(out)
         read_results(out)  # read before the long work: a bad --out or damaged table fails early
-        new, skipped = run_extrapolation(found, wanted, sequences=sequences, device=device, scalings=scalings,
-                                         memory_check=memory_check, include_not_learned=include_not_learned,
-                                         max_hours=max_hours)
+        new, skipped = run_extrapolation(
+            found,
+            wanted,
+            sequences=sequences,
+            device=device,
+            scalings=scalings,
+            memory_check=memory_check,
+            include_not_learned=include_not_learned,
+            max_hours=max_hours,
+        )
         paths = store_into(out, new)  # tables are written only at the end, all or nothing
     table = new.evaluations
     for metric, view in by_headline_metric(table):
         shown = summary(view, metric).reset_index()
         shown.columns = [str(c) for c in shown.columns]
-        console.print(f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (mean over seeds; all columns "
-                      "in the files below)")
+        console.print(
+            f"[bold]{metric.replace('_', ' ')} by evaluation length[/] (mean over seeds; all columns "
+            "in the files below)"
+        )
         print_table(shown)
-    print_notes(unreadable + skipped, same, scaling_note(table, scalings),
-                None if include_not_learned else not_learned_note(table, wanted),
-                None if include_not_learned else not_learned_hint(table, wanted))
+    print_notes(
+        unreadable + skipped,
+        same,
+        scaling_note(table, scalings),
+        None if include_not_learned else not_learned_note(table, wanted),
+        None if include_not_learned else not_learned_hint(table, wanted),
+    )
     console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False)
 
 
-NOT_LEARNED_HINT = ("— past the training length marks a configuration that did not learn its task there, so it "
-                    "was evaluated at its training length only; --include-not-learned evaluates it at every length "
-                    "(it stays marked not learned)")
+NOT_LEARNED_HINT = (
+    "— past the training length marks a configuration that did not learn its task there, so it "
+    "was evaluated at its training length only; --include-not-learned evaluates it at every length "
+    "(it stays marked not learned)"
+)
 
 
 def not_learned_hint(table, lengths: list[int] | None) -> str | None:
@@ -228,8 +264,11 @@ def _command(name: str) -> str:
 
 CompareLengthsOption = Annotated[
     Optional[str],
-    typer.Option(metavar="LENGTHS", help="Comma-separated evaluation lengths (default: L/4, L/2, 3L/4 for a "
-                      "run trained on a range of lengths, L, every L/8 up to 2L, then doubling up to --up-to)."),
+    typer.Option(
+        metavar="LENGTHS",
+        help="Comma-separated evaluation lengths (default: L/4, L/2, 3L/4 for a "
+        "run trained on a range of lengths, L, every L/8 up to 2L, then doubling up to --up-to).",
+    ),
 ]
 UpToOption = Annotated[int, typer.Option(metavar="LENGTH", help="Longest default evaluation length.")]
 ComparisonOutOption = Annotated[
@@ -237,20 +276,30 @@ ComparisonOutOption = Annotated[
 ]
 ChooseOption = Annotated[
     Optional[str],
-    typer.Option(metavar="KEY", help="A config key (e.g. train.lr): among runs that differ only in it, compare "
-                      "the value whose seeds learned best at the training length (written to choices.md)."),
+    typer.Option(
+        metavar="KEY",
+        help="A config key (e.g. train.lr): among runs that differ only in it, compare "
+        "the value whose seeds learned best at the training length (written to choices.md).",
+    ),
 ]
 BaselineOption = Annotated[
     Optional[Path],
-    typer.Option("--baseline", metavar="FOLDER", help="A committed comparison (e.g. results/length_generalization) "
-                 "to place these runs beside: its tables are copied into OUT (it is never written, retrained or "
-                 "re-evaluated), the runs are evaluated at its lengths on its sequences and paired with its "
-                 "encoders. Runs must differ from its runs only in encoder and seed."),
+    typer.Option(
+        "--baseline",
+        metavar="FOLDER",
+        help="A committed comparison (e.g. results/length_generalization) "
+        "to place these runs beside: its tables are copied into OUT (it is never written, retrained or "
+        "re-evaluated), the runs are evaluated at its lengths on its sequences and paired with its "
+        "encoders. Runs must differ from its runs only in encoder and seed.",
+    ),
 ]
 ExtendOption = Annotated[
     bool,
-    typer.Option("--extend", help="Keep the runs OUT's comparison already covers (from OUT's tables: their run "
-                                  "folders need not be here) and add these runs to it."),
+    typer.Option(
+        "--extend",
+        help="Keep the runs OUT's comparison already covers (from OUT's tables: their run "
+        "folders need not be here) and add these runs to it.",
+    ),
 ]
 
 
@@ -276,36 +325,61 @@ def compare(
 
     Reuses evaluations in OUT's tables, evaluates only missing (run, length) pairs, never trains.
     """
-    from posenc.running.extrapolate import not_learned_note, run_facts, scaling_note
-    from posenc.running.extrapolate import extrapolate as run_extrapolation
     from posenc.analysis.pipeline import compare_into
+    from posenc.running.extrapolate import extrapolate as run_extrapolation
+    from posenc.running.extrapolate import not_learned_note, run_facts, scaling_note
 
     unreadable: list[str] = []
     with one_line_errors(out), _beside(baseline, out, lengths, choose) as base:  # all or nothing
         check_max_hours(max_hours)
         if base is not None:  # the baseline's lengths, its choice of runs, its comparison extended
             lengths, choose, extend = ",".join(map(str, base.lengths)), base.choose, True
-        wanted, scalings = _checked_compare_options(lengths, up_to, rope_scaling, rope_factor, sequences, device,
-                                                    choose)
+        wanted, scalings = _checked_compare_options(
+            lengths, up_to, rope_scaling, rope_factor, sequences, device, choose
+        )
         picked = _compared_runs(runs, out, base, choose, extend, unreadable)
         done = frozenset() if picked.previous is None else picked.previous.done()
-        new, skipped = run_extrapolation(picked.evaluated, wanted, sequences=sequences, device=device, up_to=up_to,
-                                         scalings=scalings, done=done, allow_empty=picked.previous is not None,
-                                         memory_check=memory_check, include_not_learned=include_not_learned,
-                                         max_hours=max_hours)
+        new, skipped = run_extrapolation(
+            picked.evaluated,
+            wanted,
+            sequences=sequences,
+            device=device,
+            up_to=up_to,
+            scalings=scalings,
+            done=done,
+            allow_empty=picked.previous is not None,
+            memory_check=memory_check,
+            include_not_learned=include_not_learned,
+            max_hours=max_hours,
+        )
         console.print(f"{len(new.evaluations)} new evaluations", highlight=False)
         if base is not None:  # the same sequences as the baseline's, or nothing is published
             base.check_fingerprints(new.evaluations)
         run_ids = {picked.folders[run].run_id for run in picked.found}
-        comparison, paths, figures = compare_into(out, new, run_ids, wanted, _command("compare"), picked.choices,
-                                                  extend=extend, replaced=picked.given,
-                                                  facts=run_facts(picked.folders[run] for run in picked.found))
+        comparison, paths, figures = compare_into(
+            out,
+            new,
+            run_ids,
+            wanted,
+            _command("compare"),
+            picked.choices,
+            extend=extend,
+            replaced=picked.given,
+            facts=run_facts(picked.folders[run] for run in picked.found),
+        )
     print_comparison(comparison)
-    print_notes(unreadable + skipped, picked.same, scaling_note(new.evaluations, scalings),
-                None if include_not_learned else not_learned_note(new.evaluations, wanted),
-                None if include_not_learned else not_learned_hint(comparison, wanted))  # its rows, old ones too
-    console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
-                  f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
+    print_notes(
+        unreadable + skipped,
+        picked.same,
+        scaling_note(new.evaluations, scalings),
+        None if include_not_learned else not_learned_note(new.evaluations, wanted),
+        None if include_not_learned else not_learned_hint(comparison, wanted),
+    )  # its rows, old ones too
+    console.print(
+        f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
+        f"{', '.join(p.name for p in paths)} in {out}",
+        highlight=False,
+    )
 
 
 @dataclass
@@ -321,18 +395,19 @@ class _ComparedRuns:
     evaluated: list[Path]  # the runs evaluated now (not the weightless ones OUT already covers)
 
 
-def _compared_runs(runs: list[Path] | None, out: Path, base, choose: str | None, extend: bool,
-                   unreadable: list[str]) -> _ComparedRuns:
+def _compared_runs(
+    runs: list[Path] | None, out: Path, base, choose: str | None, extend: bool, unreadable: list[str]
+) -> _ComparedRuns:
     """The runs ``compare`` pools: found under ``runs``, deduplicated, checked against the baseline, chosen by
     ``choose`` (with ``extend``, OUT's candidates too); OUT checked and read before any long work."""
-    from posenc.running.extrapolate import distinct_runs
     from posenc.analysis.folders import check_destination
     from posenc.analysis.pipeline import check_extendable
-    from posenc.running.runs import find_runs
-    from posenc.analysis.selection import CHOICES_STEM, choose_runs, losing_runs
     from posenc.analysis.run_folder import RunFolder
+    from posenc.analysis.selection import CHOICES_STEM, choose_runs, losing_runs
     from posenc.analysis.store import read_results
     from posenc.analysis.tables import read_table
+    from posenc.running.extrapolate import distinct_runs
+    from posenc.running.runs import find_runs
 
     weighable = extend and choose is not None  # candidates evaluated before, brought back without weights
     found, same = distinct_runs(find_runs(runs or _default_runs(), unreadable, weightless=weighable))
@@ -354,8 +429,15 @@ def _compared_runs(runs: list[Path] | None, out: Path, base, choose: str | None,
     return _ComparedRuns(found, same, folders, given, choices, previous, evaluated)
 
 
-def _checked_compare_options(lengths: str | None, up_to: int, rope_scaling: str, rope_factor: float | None,
-                             sequences: int | None, device: str, choose: str | None):
+def _checked_compare_options(
+    lengths: str | None,
+    up_to: int,
+    rope_scaling: str,
+    rope_factor: float | None,
+    sequences: int | None,
+    device: str,
+    choose: str | None,
+):
     """``compare``'s options checked before any work: the lengths wanted (None: each run's defaults, up to
     ``up_to``, range-checked as ``--lengths``) and the RoPE scalings."""
     from posenc.analysis.selection import check_choose_key
@@ -380,8 +462,11 @@ def report(
     with one_line_errors(out):
         comparison, paths, figures = regenerate(out, _command("report"))
     print_comparison(comparison)
-    console.print(f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
-                  f"{', '.join(p.name for p in paths)} in {out}", highlight=False)
+    console.print(
+        f"wrote {out / 'report.md'}, {len(figures)} figures (PNG + SVG) and "
+        f"{', '.join(p.name for p in paths)} in {out}",
+        highlight=False,
+    )
 
 
 @app.command()
@@ -397,9 +482,9 @@ def runs(
 ) -> None:
     """List trained runs with their training time and metrics at the training length."""
     from posenc.analysis.folders import check_destination, moved, updating
-    from posenc.running.runs import find_runs
     from posenc.analysis.run_folder import extend_training_table, training_table
     from posenc.analysis.tables import write_tables
+    from posenc.running.runs import find_runs
 
     notes: list[str] = []
     with one_line_errors(out):
@@ -429,8 +514,9 @@ def _beside(baseline: Path | None, out: Path, lengths: str | None, choose: str |
     from posenc.analysis.baseline import check_out, read_baseline, seed_out
 
     if lengths is not None or choose is not None:
-        raise PosencError("--baseline compares at the baseline's lengths and chooses runs as it did: leave out "
-                          "--lengths and --choose")
+        raise PosencError(
+            "--baseline compares at the baseline's lengths and chooses runs as it did: leave out --lengths and --choose"
+        )
     base = read_baseline(baseline)
     check_out(base, out)
     made = seed_out(base, out)
@@ -445,14 +531,16 @@ def _beside(baseline: Path | None, out: Path, lengths: str | None, choose: str |
 def _weightless_runs(found: list[Path], compared: set[str]) -> set[Path]:
     """The runs in ``found`` without a checkpoint (``compare --extend --choose`` candidates); each must be in
     OUT's comparison (``compared``, its run ids) already, since it cannot be evaluated again."""
-    from posenc.files import CHECKPOINT_FILE
     from posenc.analysis.run_folder import RunFolder
+    from posenc.files import CHECKPOINT_FILE
 
     weightless = {run for run in found if not (run / CHECKPOINT_FILE).exists()}
     for run in sorted(weightless):
         if RunFolder.read(run).run_id not in compared:
-            raise PosencError(f"{run} was chosen but has no {CHECKPOINT_FILE}, and the comparison in --out holds no "
-                              "evaluation of it; restore its checkpoint or train it again")
+            raise PosencError(
+                f"{run} was chosen but has no {CHECKPOINT_FILE}, and the comparison in --out holds no "
+                "evaluation of it; restore its checkpoint or train it again"
+            )
     return weightless
 
 
@@ -464,10 +552,16 @@ def _default_runs() -> list[Path]:
 
 @app.command()
 def encoders(
-    check: Annotated[Optional[str], typer.Option(
-        "--check", metavar="KEY", help="Check encoder KEY against posenc's encoder contract instead of listing: "
-        "one line per property (shapes, causality, determinism, fast paths, lengths, training); exit 0 only if "
-        "every one holds, 1 if one fails.")] = None,
+    check: Annotated[
+        Optional[str],
+        typer.Option(
+            "--check",
+            metavar="KEY",
+            help="Check encoder KEY against posenc's encoder contract instead of listing: "
+            "one line per property (shapes, causality, determinism, fast paths, lengths, training); exit 0 only if "
+            "every one holds, 1 if one fails.",
+        ),
+    ] = None,
 ) -> None:
     """List the registered positional encoders, one per line, with where each comes from (built-in or a
     plugin: POSENC_PLUGINS, entry points `posenc.encoders`); or check one (--check KEY)."""
@@ -508,10 +602,14 @@ def kernels(
         float,
         typer.Option("--factor", "--rope-factor", metavar="FACTOR", help="Extension factor of the scaling methods."),
     ] = 4.0,
-    out: Annotated[Path, typer.Option(metavar="FOLDER", help="Folder for kernels.{csv,parquet,md} and the figures "
-                                      "(the committed results/kernels is written only when named).")] = (
-        DEFAULT_RESULTS / "kernels-latest"
-    ),
+    out: Annotated[
+        Path,
+        typer.Option(
+            metavar="FOLDER",
+            help="Folder for kernels.{csv,parquet,md} and the figures "
+            "(the committed results/kernels is written only when named).",
+        ),
+    ] = (DEFAULT_RESULTS / "kernels-latest"),
 ) -> None:
     """What attention sees by relative distance: rotary decay, score biases, absolute similarity.
 
@@ -519,9 +617,9 @@ def kernels(
     """
     from posenc.analysis.folders import check_destination, moved, updating
     from posenc.analysis.kernel_views import summary, summary_markdown, write_figures
+    from posenc.analysis.tables import write_tables
     from posenc.running.distance_profiles import TABLE_STEM, kernel_table
     from posenc.running.runs import find_runs
-    from posenc.analysis.tables import write_tables
 
     with one_line_errors(out):
         names = parse_encoders(encoders)
@@ -530,8 +628,9 @@ def kernels(
         found = find_runs(runs) if runs else []
         result = kernel_table(names, found, max_distance, scalings, factor)
         with updating(out) as stage:
-            paths = write_tables(result.table, stage, TABLE_STEM, summary=summary_markdown(result.table, factor),
-                                 markdown=False)  # a row per distance: the summary is the Markdown view
+            paths = write_tables(
+                result.table, stage, TABLE_STEM, summary=summary_markdown(result.table, factor), markdown=False
+            )  # a row per distance: the summary is the Markdown view
             figures = write_figures(result.table, stage)
         paths, figures = moved(paths, stage, out), moved(figures, stage, out)
     console.print("[bold]attention kernels[/] (mean over heads; all distances in the files below)")

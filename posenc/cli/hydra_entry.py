@@ -17,11 +17,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from posenc.running.checkpoint import TrainingInterrupted
-from posenc.running.config import check_no_ignored_settings, run_config_from_dict
 from posenc.errors import PosencError
 from posenc.plugins import provenance
 from posenc.progress import print_error
+from posenc.running.checkpoint import TrainingInterrupted
+from posenc.running.config import check_no_ignored_settings, run_config_from_dict
 from posenc.running.train import train
 
 log = logging.getLogger("posenc.running.train")

@@ -17,14 +17,21 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from posenc.running.config import check_no_ignored_settings, run_config_from_dict
+from posenc.analysis.folders import check_writable
 from posenc.encoders import ENCODERS
 from posenc.errors import ConfigError, PosencError
-from posenc.files import (CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE, OVERRIDES_FILE,
-                          check_regular)
-from posenc.analysis.folders import check_writable
-from posenc.tasks import TASKS
+from posenc.files import (
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    HISTORY_FILE,
+    LOG_FILE,
+    METRICS_FILE,
+    OVERRIDES_FILE,
+    check_regular,
+)
+from posenc.running.config import check_no_ignored_settings, run_config_from_dict
 from posenc.running.tracking import check_logger
+from posenc.tasks import TASKS
 
 MAX_COMBINATIONS = 64  # beyond this, each value once with the others' first, and every encoder x task
 _SWEEP_FUNCTION = re.compile(r"=\s*\w+\(")  # range(...), choice(...), glob(...), interval(...)
@@ -75,8 +82,14 @@ def quote_path_overrides(args: list[str]) -> list[str]:
     out = []
     for arg in args:
         key, equals, value = arg.partition("=")
-        if (equals and key.lstrip("+~") in PATH_KEYS and value and not _PLAIN.fullmatch(value)
-                and not value.startswith(("'", '"')) and "${" not in value):
+        if (
+            equals
+            and key.lstrip("+~") in PATH_KEYS
+            and value
+            and not _PLAIN.fullmatch(value)
+            and not value.startswith(("'", '"'))
+            and "${" not in value
+        ):
             quote = next((q for q in ("'", '"') if q not in value), None)  # a path holding both is left as is
             if quote is not None and not value.endswith("\\"):
                 arg = f"{key}={quote}{value}{quote}"
@@ -100,17 +113,21 @@ def check_not_a_sweep(args: list[str]) -> None:
             continue
         key, values = _split(override)
         if len(values) > 1:
-            raise ConfigError(f"{override} gives several values, a sweep: add -m to train one run per value "
-                              f"(posenc train -m {override}), or quote it ({key}='{','.join(values)}') to mean one "
-                              "value holding commas")
+            raise ConfigError(
+                f"{override} gives several values, a sweep: add -m to train one run per value "
+                f"(posenc train -m {override}), or quote it ({key}='{','.join(values)}') to mean one "
+                "value holding commas"
+            )
 
 
 def precheck(args: list[str]) -> None:
     """Raise a one-line :class:`PosencError` if ``posenc train ARGS`` would fail on its config."""
     modes = [a for a in args if a in ("-m", "--multirun", "-c", "--cfg", "-i", "--info", "-sc")]
     if len({m.lstrip("-")[0] for m in modes}) > 1:  # Hydra itself would answer with a traceback
-        raise ConfigError(f"{' and '.join(modes)} cannot be combined; e.g. print a sweep's config "
-                          "without -m: posenc train OVERRIDES --cfg job")
+        raise ConfigError(
+            f"{' and '.join(modes)} cannot be combined; e.g. print a sweep's config "
+            "without -m: posenc train OVERRIDES --cfg job"
+        )
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
         return  # --cfg, --help, --info, -c ...: Hydra's own modes
     check_not_a_sweep(args)

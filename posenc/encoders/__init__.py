@@ -23,11 +23,11 @@ from typing import Any
 from posenc.encoders.absolute import Learned, Sinusoidal
 from posenc.encoders.base import AttentionShape, NoPE, PositionalEncoder
 from posenc.encoders.bias import ALiBi
-from posenc.encoders.data_dependent import FoX, CoPE, PoPE
+from posenc.encoders.data_dependent import CoPE, FoX, PoPE
 from posenc.encoders.learned_bias import FIRE, KerpleLog, T5Bias
 from posenc.encoders.randomized import Randomized
-from posenc.encoders.schedule import Schedule
 from posenc.encoders.rotary import PRoPE, RoPE, RoPENTK, RoPEPartial, RotaryEncoder, XPos
+from posenc.encoders.schedule import Schedule
 from posenc.registry import Registry
 
 __all__ = [
@@ -38,25 +38,30 @@ __all__ = [
 
 #: The registry: key -> encoder class. ``conf/encoder/<key>.yaml`` exists for every built-in key; plugins
 #: (entry points ``posenc.encoders``, ``POSENC_PLUGINS``) join it when it is first read (posenc.plugins).
-ENCODERS: Registry[PositionalEncoder] = Registry("encoder", {
-    "nope": NoPE,
-    "sinusoidal": Sinusoidal,
-    "learned": Learned,
-    "alibi": ALiBi,
-    "rope": RoPE,
-    "rope_ntk": RoPENTK,
-    "xpos": XPos,
-    "rope_partial": RoPEPartial,
-    "p_rope": PRoPE,
-    "t5": T5Bias,
-    "kerple": KerpleLog,
-    "fire": FIRE,
-    "randomized": Randomized,
-    "cope": CoPE,
-    "fox": FoX,
-    "pope": PoPE,
-    "schedule": Schedule,
-}, base=PositionalEncoder, entry_point_group="posenc.encoders")
+ENCODERS: Registry[PositionalEncoder] = Registry(
+    "encoder",
+    {
+        "nope": NoPE,
+        "sinusoidal": Sinusoidal,
+        "learned": Learned,
+        "alibi": ALiBi,
+        "rope": RoPE,
+        "rope_ntk": RoPENTK,
+        "xpos": XPos,
+        "rope_partial": RoPEPartial,
+        "p_rope": PRoPE,
+        "t5": T5Bias,
+        "kerple": KerpleLog,
+        "fire": FIRE,
+        "randomized": Randomized,
+        "cope": CoPE,
+        "fox": FoX,
+        "pope": PoPE,
+        "schedule": Schedule,
+    },
+    base=PositionalEncoder,
+    entry_point_group="posenc.encoders",
+)
 
 
 check_encoder_name = ENCODERS.check

@@ -82,8 +82,13 @@ class _CoPELayer(PositionalEncoder):
 
         def attend(v: Tensor, dropout_p: float) -> Tensor:
             seq, band = q.shape[-2], self.band()
-            if (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and not dropout_p
-                    and seq >= 2 * band and not (torch.is_grad_enabled() and self.pos_emb.requires_grad)):
+            if (
+                q.device.type == "cpu"
+                and q.dtype in (torch.float32, torch.float64)
+                and not dropout_p
+                and seq >= 2 * band
+                and not (torch.is_grad_enabled() and self.pos_emb.requires_grad)
+            ):
                 with torch.no_grad():
                     out = pf.cope_band_attention(q, k, v, self.pos_emb, band, COPE_BAND_QUERY_BLOCK)
                 if out is not None:
@@ -149,4 +154,3 @@ class PoPE(PositionalEncoder):
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         inv_freq = self.inv_freq.to(torch.float64 if q.dtype == torch.float64 else torch.float32)
         return pf.pope_qk(q, k, positions, inv_freq, self.phase.to(inv_freq.dtype))
-

@@ -46,8 +46,7 @@ class T5Bias(PositionalEncoder):
             max_distance = max(num_buckets, train_length // 2)
         if num_buckets < 2 or max_distance <= num_buckets // 2:
             raise ConfigError(
-                f"t5 needs num_buckets >= 2 and max_distance > num_buckets / 2, "
-                f"got {num_buckets}, {max_distance}"
+                f"t5 needs num_buckets >= 2 and max_distance > num_buckets / 2, got {num_buckets}, {max_distance}"
             )
         self.num_buckets = num_buckets
         self.max_distance = max_distance

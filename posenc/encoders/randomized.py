@@ -63,8 +63,7 @@ class Randomized(PositionalEncoder):
             )
         if max_position < train_length:
             raise ConfigError(
-                f"randomized: encoder.max_position ({max_position}) must be >= the training length "
-                f"({train_length})"
+                f"randomized: encoder.max_position ({max_position}) must be >= the training length ({train_length})"
             )
         self.base = base
         self.max_position = max_position

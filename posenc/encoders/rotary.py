@@ -39,7 +39,11 @@ class RotaryEncoder(PositionalEncoder):
     default_scaling: ClassVar[RopeScaling | None] = None
 
     def __init__(
-        self, shape: AttentionShape, train_length: int, base: float, rotary_dim: int | None = None,
+        self,
+        shape: AttentionShape,
+        train_length: int,
+        base: float,
+        rotary_dim: int | None = None,
         spectrum_dim: int | None = None,
     ) -> None:
         super().__init__(shape, train_length)
@@ -237,8 +241,10 @@ class PRoPE(RotaryEncoder):
             raise ConfigError(f"encoder.removed must be in [0, 1), got {removed}")
         kept = math.floor((1 - removed) * shape.head_dim / 2 + 1e-9)  # pairs kept: Hugging Face's rope_angles
         if kept < 1:
-            raise ConfigError(f"encoder.removed={removed} leaves no rotated pair of head_dim {shape.head_dim} "
-                              "(that is nope); remove less")
+            raise ConfigError(
+                f"encoder.removed={removed} leaves no rotated pair of head_dim {shape.head_dim} "
+                "(that is nope); remove less"
+            )
         super().__init__(shape, train_length, base, rotary_dim=2 * kept, spectrum_dim=shape.head_dim)
         self.removed = removed
 
@@ -390,9 +396,13 @@ class XPos(RotaryEncoder):
         def attend(v: Tensor, dropout_p: float) -> Tensor | None:
             """Window by window through fused attention (inference on CPU, positions 0..s-1); else None: the
             backend adds ``bias`` in query blocks."""
-            fused = (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and not dropout_p
-                     and not (torch.is_grad_enabled() and q.requires_grad)
-                     and torch.equal(positions, torch.arange(positions.numel(), dtype=positions.dtype)))
+            fused = (
+                q.device.type == "cpu"
+                and q.dtype in (torch.float32, torch.float64)
+                and not dropout_p
+                and not (torch.is_grad_enabled() and q.requires_grad)
+                and torch.equal(positions, torch.arange(positions.numel(), dtype=positions.dtype))
+            )
             return pf.xpos_window_attention(q, keys, v, self.gamma, self.scale_base) if fused else None
 
         return OwnAttention(attend, bias)

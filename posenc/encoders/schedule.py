@@ -33,7 +33,9 @@ class Schedule(PositionalEncoder):
 
     description = "a pattern of attention-level encoders over the layers, e.g. [rope,rope,rope,nope] (iRoPE)"
 
-    def __init__(self, shape: AttentionShape, train_length: int, *, layers: list = ["rope", "rope", "rope", "nope"]) -> None:  # noqa: B006 (read only)
+    def __init__(
+        self, shape: AttentionShape, train_length: int, *, layers: list = ["rope", "rope", "rope", "nope"]
+    ) -> None:  # noqa: B006 (read only)
         super().__init__(shape, train_length)
         from posenc.encoders import ENCODERS  # the registry holds this class: imported when built
 
@@ -49,7 +51,9 @@ class Schedule(PositionalEncoder):
                     "not on one layer's attention; schedule encoders that rotate queries and keys or bias scores"
                 )
         self.layers = list(layers)
-        self.encoders = nn.ModuleDict({name: ENCODERS.build(name, shape, train_length) for name in dict.fromkeys(layers)})
+        self.encoders = nn.ModuleDict(
+            {name: ENCODERS.build(name, shape, train_length) for name in dict.fromkeys(layers)}
+        )
         self.takes_rope_scaling = any(e.takes_rope_scaling for e in self.encoders.values())  # type: ignore[misc]
 
     @classmethod
@@ -65,8 +69,12 @@ class Schedule(PositionalEncoder):
     def check_depth(self, n_layers: int) -> None:
         if n_layers < len(self.layers):  # "every 4th layer NoPE" in a 3-layer model: none; say it, do not guess
             used = [self.layers[i % len(self.layers)] for i in range(n_layers)]
-            log.warning("encoder.layers has %d entries but model.n_layers is %d: the model's layers are %s",
-                        len(self.layers), n_layers, ", ".join(used))
+            log.warning(
+                "encoder.layers has %d entries but model.n_layers is %d: the model's layers are %s",
+                len(self.layers),
+                n_layers,
+                ", ".join(used),
+            )
 
     def for_layer(self, index: int) -> PositionalEncoder:
         # the scheduled encoder's own part for this layer (itself, or a per-layer part: CoPE, FoX)

@@ -11,7 +11,16 @@ Layout convention for rotary encodings: the RoFormer layout, where dimension pai
 from __future__ import annotations
 
 # Each module's ``__all__`` is its part of the API; the package re-exports exactly those names.
-from posenc.functional import absolute, bias, data_dependent, learned_bias, randomized, rope_scaling, rope_scaling_spec, rotary
+from posenc.functional import (
+    absolute,
+    bias,
+    data_dependent,
+    learned_bias,
+    randomized,
+    rope_scaling,
+    rope_scaling_spec,
+    rotary,
+)
 from posenc.functional.absolute import *  # noqa: F403
 from posenc.functional.bias import *  # noqa: F403
 from posenc.functional.data_dependent import *  # noqa: F403
@@ -21,5 +30,13 @@ from posenc.functional.rope_scaling import *  # noqa: F403
 from posenc.functional.rope_scaling_spec import *  # noqa: F403
 from posenc.functional.rotary import *  # noqa: F403
 
-__all__ = [*absolute.__all__, *bias.__all__, *data_dependent.__all__, *learned_bias.__all__, *randomized.__all__,
-           *rotary.__all__, *rope_scaling.__all__, *rope_scaling_spec.__all__]
+__all__ = [
+    *absolute.__all__,
+    *bias.__all__,
+    *data_dependent.__all__,
+    *learned_bias.__all__,
+    *randomized.__all__,
+    *rotary.__all__,
+    *rope_scaling.__all__,
+    *rope_scaling_spec.__all__,
+]

@@ -41,8 +41,13 @@ class CopeAttention(torch.autograd.Function):
         blocks, outputs = [], []
         for start in range(0, s, block):
             end = min(start + block, s)
-            state = _block_forward(q[..., start:end, :].contiguous(), keys_rev[..., s - end :, :],
-                                   values_rev[..., s - end :, :], pos_emb, start)
+            state = _block_forward(
+                q[..., start:end, :].contiguous(),
+                keys_rev[..., s - end :, :],
+                values_rev[..., s - end :, :],
+                pos_emb,
+                start,
+            )
             blocks.append((start, end, state))
             outputs.append(state[-1])
         # intermediates kept on ctx (save_for_backward is for inputs and outputs), the blocks' outputs too
@@ -57,9 +62,17 @@ class CopeAttention(torch.autograd.Function):
         grad_keys, grad_values = torch.zeros_like(keys_rev), torch.zeros_like(values_rev)
         grad_emb = torch.zeros_like(pos_emb)
         for start, end, state in ctx.blocks:
-            _block_backward(grad_out[..., start:end, :].contiguous(), keys_rev[..., s - end :, :],
-                            values_rev[..., s - end :, :], pos_emb, state, grad_q[..., start:end, :],
-                            grad_keys[..., s - end :, :], grad_values[..., s - end :, :], grad_emb)
+            _block_backward(
+                grad_out[..., start:end, :].contiguous(),
+                keys_rev[..., s - end :, :],
+                values_rev[..., s - end :, :],
+                pos_emb,
+                state,
+                grad_q[..., start:end, :],
+                grad_keys[..., s - end :, :],
+                grad_values[..., s - end :, :],
+                grad_emb,
+            )
         del ctx.blocks  # free the blocks' intermediates now
         return grad_q, grad_keys.flip(-2), grad_values.flip(-2), grad_emb, None
 
@@ -104,8 +117,17 @@ def _block_forward(q: Tensor, keys_rev: Tensor, values_rev: Tensor, pos_emb: Ten
     return q, used, z.shape[-1], gates, low, weight, z_step, attn, attn @ values_rev
 
 
-def _block_backward(grad_out: Tensor, keys_rev: Tensor, values_rev: Tensor, pos_emb: Tensor, state: tuple,
-                    grad_q: Tensor, grad_keys: Tensor, grad_values: Tensor, grad_emb: Tensor) -> None:
+def _block_backward(
+    grad_out: Tensor,
+    keys_rev: Tensor,
+    values_rev: Tensor,
+    pos_emb: Tensor,
+    state: tuple,
+    grad_q: Tensor,
+    grad_keys: Tensor,
+    grad_values: Tensor,
+    grad_emb: Tensor,
+) -> None:
     """One block's backward, written into ``grad_q`` (its rows) and added into the keys', values' and
     embeddings' gradients (views of the whole ones)."""
     q, used, width, gates, low, weight, z_step, attn, out = state
@@ -124,7 +146,10 @@ def _block_backward(grad_out: Tensor, keys_rev: Tensor, values_rev: Tensor, pos_
     d_gates = torch.sub(d_counts.sum(-1, keepdim=True), d_counts.cumsum(-1)).add_(d_counts)  # sum, t >= j
     d_logits = torch.ops.aten.sigmoid_backward(d_gates, gates).add_(d_scores)  # d_gates g (1 - g), + dS
     # through the logits and through z = q e
-    grad_q.copy_(torch.addmm((d_logits @ keys_rev).mul_(scale).flatten(0, -2), d_z.flatten(0, -2),
-                             pos_emb[:, :used].T).view_as(q))
+    grad_q.copy_(
+        torch.addmm((d_logits @ keys_rev).mul_(scale).flatten(0, -2), d_z.flatten(0, -2), pos_emb[:, :used].T).view_as(
+            q
+        )
+    )
     grad_keys += (d_logits.transpose(-1, -2) @ q).mul_(scale)
     grad_emb[:, :used] += q.flatten(0, -2).T @ d_z.flatten(0, -2)

@@ -65,8 +65,9 @@ def cope_bias(query: Tensor, pos_emb: Tensor, positions: Tensor) -> Tensor:
     return low + (high - low) * weight
 
 
-def cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: float = 0.0,
-                   block_elements: int = 1 << 22) -> Tensor:
+def cope_attention(
+    q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: float = 0.0, block_elements: int = 1 << 22
+) -> Tensor:
     """Causal CoPE attention (Golovneva et al. 2024, eqs. 3-5 and the paper's code): ``softmax(l_ij + q_i .
     e(p_ij)) v`` with ``l`` the scaled logits ``q_i . k_j / sqrt(h_d)``, the same logits that gate the counts
     ``p_ij`` (:func:`cope_positions`, :func:`cope_bias`). Computed once for both, a block of queries at a time
@@ -90,8 +91,7 @@ def cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: 
         return _cope_attention(q, k, v, pos_emb, dropout_p, block_elements)
 
 
-def _cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: float,
-                    block_elements: int) -> Tensor:
+def _cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p: float, block_elements: int) -> Tensor:
     b, h, s, d = q.shape
     work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     emb, last = pos_emb.to(work), pos_emb.shape[-1] - 1
@@ -124,8 +124,7 @@ def _cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, dropout_p:
     return (out[0] if len(out) == 1 else torch.cat(out, dim=-2)).to(q.dtype)
 
 
-def cope_band_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, band: int,
-                        query_block: int) -> Tensor | None:
+def cope_band_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, band: int, query_block: int) -> Tensor | None:
     """Causal CoPE attention (:func:`cope_attention`) as fused causal SDPA for the far keys plus
     CoPE's own computation on a band of the ``band`` nearest keys, where the counts allow it; else None.
 
@@ -134,7 +133,8 @@ def cope_band_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor, band: 
     query. If every query's count over its ``band`` nearest keys has reached ``n_pos - 1``, the farther keys
     ``j <= i - band`` all carry that constant: queries ``band..s-1`` against keys ``0..s-1-band`` are one fused
     causal call with no bias (as :func:`posenc.nn.fused_bias.far_constant_attention`), its log-sum-exp shifted by
-    the constant, merged exactly with the band's softmax. Inference, CPU, fp32 or fp64; memory linear; time fused causal SDPA's plus
+    the constant, merged exactly with the band's softmax. Inference, CPU, fp32 or fp64; memory linear; time fused causal
+    SDPA's plus
     about ``band / (s / 2)`` of the whole computation's.
 
     Args:

@@ -236,8 +236,9 @@ def fire_mlp_piecewise(x: Tensor, pieces: tuple[Tensor, Tensor, Tensor]) -> Tens
     shape = (slopes.shape[1], *x.shape)
     # index_select on [n_h, m+1] rows: the fastest gather here (see docs/performance.md, section "Measurements
     # behind design choices")
-    return torch.addcmul(intercepts.T.index_select(1, piece).view(shape),
-                         slopes.T.index_select(1, piece).view(shape), x)
+    return torch.addcmul(
+        intercepts.T.index_select(1, piece).view(shape), slopes.T.index_select(1, piece).view(shape), x
+    )
 
 
 def fire_bias(

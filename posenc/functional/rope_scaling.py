@@ -62,9 +62,7 @@ def _plain(head_dim: int, base: float) -> Tensor:
     return rope_inv_freq(head_dim, base, dtype=torch.float64)
 
 
-def none_scaling(
-    head_dim: int, base: float, factor: float, train_length: int, length: int
-) -> tuple[Tensor, float]:
+def none_scaling(head_dim: int, base: float, factor: float, train_length: int, length: int) -> tuple[Tensor, float]:
     """No extension: plain RoPE frequencies ``base**(-2j/head_dim)`` (RoFormer eq. 15); ``factor`` is ignored.
 
     Returns:
@@ -74,9 +72,7 @@ def none_scaling(
     return _plain(head_dim, base), 1.0
 
 
-def linear_scaling(
-    head_dim: int, base: float, factor: float, train_length: int, length: int
-) -> tuple[Tensor, float]:
+def linear_scaling(head_dim: int, base: float, factor: float, train_length: int, length: int) -> tuple[Tensor, float]:
     """Position interpolation: every frequency divided by ``factor`` (Chen et al. 2023, "Extending Context
     Window of Large Language Models via Positional Interpolation": ``f'(x, m) = f(x, m L / L')``).
 
@@ -91,9 +87,7 @@ def linear_scaling(
     return _plain(head_dim, base) / factor, 1.0
 
 
-def ntk_scaling(
-    head_dim: int, base: float, factor: float, train_length: int, length: int
-) -> tuple[Tensor, float]:
+def ntk_scaling(head_dim: int, base: float, factor: float, train_length: int, length: int) -> tuple[Tensor, float]:
     """Static NTK-aware scaling: plain RoPE with the base ``base * factor**(d/(d-2))`` (bloc97 2023).
 
     Keeps the highest frequency (``j = 0``) and divides the lowest (``j = d/2 - 1``) by exactly ``factor``,

@@ -25,7 +25,8 @@ def method_options(method: str) -> dict[str, OptionValue | None]:
     keyword-only parameters and :data:`ORIGINAL_LENGTH`."""
     params = inspect.signature(ROPE_SCALING[method]).parameters.values()
     options: dict[str, OptionValue | None] = {
-        p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
     if method != "none":  # "none" reads no L
         options[ORIGINAL_LENGTH] = None
     return options

@@ -153,9 +153,7 @@ def apply_rope(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
         Tensor of ``x``'s shape, dtype and device.
     """
     if x.shape[-1] != 2 * inv_freq.shape[-1]:
-        raise ValueError(
-            f"apply_rope: head_dim {x.shape[-1]} != 2 * len(inv_freq) = {2 * inv_freq.shape[-1]}"
-        )
+        raise ValueError(f"apply_rope: head_dim {x.shape[-1]} != 2 * len(inv_freq) = {2 * inv_freq.shape[-1]}")
     return apply_rotation(x, rope_rotation(positions, inv_freq, _complex_dtype(x)))
 
 
@@ -281,8 +279,9 @@ def xpos_decay(
     return torch.exp((distance.to(torch.float64) / scale_base)[..., None] * log_zeta)
 
 
-def xpos_windows(positions: Tensor, origin: float, head_dim: int, gamma: float = XPOS_GAMMA,
-                 scale_base: float = XPOS_SCALE_BASE) -> tuple[Tensor, float]:
+def xpos_windows(
+    positions: Tensor, origin: float, head_dim: int, gamma: float = XPOS_GAMMA, scale_base: float = XPOS_SCALE_BASE
+) -> tuple[Tensor, float]:
     """The window of each query position in :func:`xpos_relative_scores`: ``(index [s] long, width)``.
 
     Windows are ``width`` positions long from ``origin`` (window ``w`` covers ``[origin + w width,
@@ -346,8 +345,9 @@ def xpos_relative_scores(
     return out
 
 
-def xpos_window_attention(q: Tensor, k: Tensor, v: Tensor, gamma: float = XPOS_GAMMA,
-                          scale_base: float = XPOS_SCALE_BASE) -> Tensor:
+def xpos_window_attention(
+    q: Tensor, k: Tensor, v: Tensor, gamma: float = XPOS_GAMMA, scale_base: float = XPOS_SCALE_BASE
+) -> Tensor:
     """Causal attention with xPos's scores at any length (:func:`xpos_relative_scores`' windows of queries), each
     window through PyTorch's fused CPU attention: no score matrix. Positions ``0 .. s-1``; inference on CPU.
 
@@ -377,11 +377,11 @@ def xpos_window_attention(q: Tensor, k: Tensor, v: Tensor, gamma: float = XPOS_G
         k_decay = xpos_decay((centre - positions[:end]).clamp(min=0), head_dim, gamma, scale_base)
         scaled_q, scaled_k = q[..., start:end, :] * q_decay.to(q.dtype), k[..., :end, :] * k_decay.to(k.dtype)
         rows = slice(start, end)
-        own, own_lse = fused_cpu_attention(scaled_q, scaled_k[..., rows, :], v[..., rows, :], 0.0, True,
-                                           scale=1.0)
+        own, own_lse = fused_cpu_attention(scaled_q, scaled_k[..., rows, :], v[..., rows, :], 0.0, True, scale=1.0)
         if start > 0:
-            before, before_lse = fused_cpu_attention(scaled_q, scaled_k[..., :start, :], v[..., :start, :], 0.0,
-                                                     False, scale=1.0)
+            before, before_lse = fused_cpu_attention(
+                scaled_q, scaled_k[..., :start, :], v[..., :start, :], 0.0, False, scale=1.0
+            )
             merge_attention_(own, own_lse, before, before_lse)
         out[..., rows, :] = own
     return out

@@ -54,10 +54,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posenc.nn import fused_bias
 from posenc.encoders import PositionalEncoder
 from posenc.encoders.base import DataBias, KeyBias, OwnAttention, as_is
 from posenc.errors import ConfigError
+from posenc.nn import fused_bias
 from posenc.nn.subnormals import flush_subnormals
 
 log = logging.getLogger("posenc.nn.attention")
@@ -124,13 +124,18 @@ class Setting:
         cpu_inference = cpu and not _needs_grad(q, call.k, call.v, call.encoder)
         in_order = cpu_inference and torch.equal(positions, torch.arange(seq, device=positions.device))
         return cls(
-            kind=call.kind, length=seq, dropout=call.dropout_p != 0.0, cpu_inference=cpu_inference,
-            cpu_backward=cpu and torch.is_grad_enabled() and q.requires_grad, positions_0_to_s=in_order,
+            kind=call.kind,
+            length=seq,
+            dropout=call.dropout_p != 0.0,
+            cpu_inference=cpu_inference,
+            cpu_backward=cpu and torch.is_grad_enabled() and q.requires_grad,
+            positions_0_to_s=in_order,
         )
 
 
-def choose_paths(encoder: PositionalEncoder, data_bias: DataBias | None, setting: Setting,
-                 flex_min_length: int = FLEX_MIN_LENGTH) -> tuple[str, ...]:
+def choose_paths(
+    encoder: PositionalEncoder, data_bias: DataBias | None, setting: Setting, flex_min_length: int = FLEX_MIN_LENGTH
+) -> tuple[str, ...]:
     """The attention paths (keys of :data:`PATHS`) to try in order, from the encoder's capabilities and the
     call's setting alone; the module docstring's table says when each applies. Every path but the last may
     decline (return None), and the next is tried."""
@@ -152,8 +157,7 @@ def choose_paths(encoder: PositionalEncoder, data_bias: DataBias | None, setting
         paths.append("distance_table")
     # FlexAttention has no backward on CPU: a CPU training step takes the query blocks (auto) instead of
     # failing there and marking flex broken for the evaluations that follow.
-    if s.kind == "flex" or (s.kind == "auto" and s.length >= flex_min_length and not s.dropout
-                            and not s.cpu_backward):
+    if s.kind == "flex" or (s.kind == "auto" and s.length >= flex_min_length and not s.dropout and not s.cpu_backward):
         paths.append("flex")
     return (*paths, "blocked")
 
@@ -181,8 +185,12 @@ class CausalAttention:
         static_kernels: length-specialized FlexAttention kernels per score_mod (see :meth:`flex`).
     """
 
-    def __init__(self, query_block: int = BIAS_QUERY_BLOCK, flex_min_length: int = FLEX_MIN_LENGTH,
-                 static_kernels: int = STATIC_FLEX_KERNELS) -> None:
+    def __init__(
+        self,
+        query_block: int = BIAS_QUERY_BLOCK,
+        flex_min_length: int = FLEX_MIN_LENGTH,
+        static_kernels: int = STATIC_FLEX_KERNELS,
+    ) -> None:
         self.query_block = query_block
         self.flex_min_length = flex_min_length
         self.static_kernels = static_kernels
@@ -192,8 +200,17 @@ class CausalAttention:
         self.broken: str | None = None  # why FlexAttention does not run here (set on its first failure)
         self.linear_bias_exact: bool | None = None  # whether linear_bias is exact here (checked when first needed)
 
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
-                 dropout_p: float = 0.0, kind: str = "auto", data_bias: DataBias | None = None) -> Tensor:
+    def __call__(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        positions: Tensor,
+        encoder: PositionalEncoder,
+        dropout_p: float = 0.0,
+        kind: str = "auto",
+        data_bias: DataBias | None = None,
+    ) -> Tensor:
         """Causal scaled dot-product attention, with ``encoder``'s score bias if it has one.
 
         Args:
@@ -254,8 +271,9 @@ class CausalAttention:
         attached = torch.is_grad_enabled() and q.device.type != "cpu"
         return encoder.score_mod(q.shape[-2], as_is if attached else Tensor.detach)
 
-    def blocked(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
-                dropout_p: float = 0.0) -> Tensor:
+    def blocked(
+        self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder, dropout_p: float = 0.0
+    ) -> Tensor:
         """Causal attention plus ``encoder.score_bias``, ``query_block`` queries at a time (any device).
 
         Each block sees only the keys up to its last query, and its bias is ``[n_h, block, keys]``: memory
@@ -265,20 +283,27 @@ class CausalAttention:
         """
         seq = q.shape[-2]
         # [n_h, seq] for a bias of the distance alone, where the positions are 0..s-1 (the model's for bias encoders)
-        table = encoder.distance_table(seq) if torch.equal(positions, torch.arange(seq, device=positions.device)) else None
+        table = (
+            encoder.distance_table(seq) if torch.equal(positions, torch.arange(seq, device=positions.device)) else None
+        )
         outputs = []
         for start in range(0, seq, self.query_block):
             end = min(start + self.query_block, seq)
             if table is not None:  # a gather instead of the bias formula at every score
-                distance = (torch.arange(start, end, device=q.device)[:, None] - torch.arange(end, device=q.device)).clamp(min=0)
+                distance = (
+                    torch.arange(start, end, device=q.device)[:, None] - torch.arange(end, device=q.device)
+                ).clamp(min=0)
                 bias = table[:, distance].to(q.dtype)  # [n_h, bq, end]
             else:
                 q_pos, k_pos = positions[start:end], positions[:end]  # keys past `end` are all in the future
                 bias = encoder.score_bias(q_pos, k_pos).to(q.dtype)  # [n_h, bq, end]
             future = torch.arange(end, device=q.device)[None, :] > torch.arange(start, end, device=q.device)[:, None]
             bias = bias.masked_fill(future, float("-inf"))  # causal by index
-            outputs.append(F.scaled_dot_product_attention(
-                q[..., start:end, :], k[..., :end, :], v[..., :end, :], attn_mask=bias, dropout_p=dropout_p))
+            outputs.append(
+                F.scaled_dot_product_attention(
+                    q[..., start:end, :], k[..., :end, :], v[..., :end, :], attn_mask=bias, dropout_p=dropout_p
+                )
+            )
         return torch.cat(outputs, dim=-2)
 
     def data_blocked(self, q: Tensor, k: Tensor, v: Tensor, data_bias: DataBias, dropout_p: float = 0.0) -> Tensor:
@@ -293,8 +318,11 @@ class CausalAttention:
             bias = data_bias(start, end).to(q.dtype)  # [b, n_h, bq, end]
             future = torch.arange(end, device=q.device)[None, :] > torch.arange(start, end, device=q.device)[:, None]
             bias = bias.masked_fill(future, float("-inf"))  # causal by index
-            outputs.append(F.scaled_dot_product_attention(
-                q[..., start:end, :], k[..., :end, :], v[..., :end, :], attn_mask=bias, dropout_p=dropout_p))
+            outputs.append(
+                F.scaled_dot_product_attention(
+                    q[..., start:end, :], k[..., :end, :], v[..., :end, :], attn_mask=bias, dropout_p=dropout_p
+                )
+            )
         return torch.cat(outputs, dim=-2)
 
     def linear_bias(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, slopes: Tensor) -> Tensor | None:
@@ -322,8 +350,9 @@ class CausalAttention:
             return None
         return fused_bias.distance_table_attention(q, k, v, table.detach(), TABLE_QUERY_BLOCK)
 
-    def far_constant(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder,
-                     reach: int, far: Tensor) -> Tensor:
+    def far_constant(
+        self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, encoder: PositionalEncoder, reach: int, far: Tensor
+    ) -> Tensor:
         """:func:`posenc.nn.fused_bias.far_constant_attention`; query blocks where positions are not ``0..s-1``."""
         if not torch.equal(positions, torch.arange(q.shape[-2], device=positions.device)):
             return self.blocked(q, k, v, positions, encoder)
@@ -385,8 +414,13 @@ class CausalAttention:
             if len(self.masks) >= 16:
                 self.masks.pop(next(iter(self.masks)))
             self.masks[key] = BlockMask.from_kv_blocks(
-                partial_count, partial_index, full_count, full_index, BLOCK_SIZE=FLEX_BLOCK,
-                mask_mod=_causal, seq_lengths=(seq, seq),
+                partial_count,
+                partial_index,
+                full_count,
+                full_index,
+                BLOCK_SIZE=FLEX_BLOCK,
+                mask_mod=_causal,
+                seq_lengths=(seq, seq),
             )
         return self.masks[key]
 

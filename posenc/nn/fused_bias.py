@@ -109,13 +109,15 @@ def distance_table_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, que
         end = min(start + query_block, s)
         rows = slice(s - end, s - start)
         mask = w.as_strided((1, h, end - start, end), (0, w.stride(0), 1, 1), s - end)  # [1, n_h, bq, end]
-        out_rev[:, :, rows] = F.scaled_dot_product_attention(q_rev[:, :, rows], k[:, :, :end], v[:, :, :end],
-                                                             attn_mask=mask)
+        out_rev[:, :, rows] = F.scaled_dot_product_attention(
+            q_rev[:, :, rows], k[:, :, :end], v[:, :, :end], attn_mask=mask
+        )
     return out_rev.flip(-2)
 
 
-def far_constant_attention(q: Tensor, k: Tensor, v: Tensor, encoder: PositionalEncoder, reach: int, far: Tensor,
-                           query_block: int) -> Tensor:
+def far_constant_attention(
+    q: Tensor, k: Tensor, v: Tensor, encoder: PositionalEncoder, reach: int, far: Tensor, query_block: int
+) -> Tensor:
     """Causal attention with a score bias that is the constant ``far[h]`` from distance ``reach`` on (T5
     beyond ``max_distance``), through the fused CPU kernel; positions ``0..s-1``.
 
@@ -155,7 +157,8 @@ def far_constant_attention(q: Tensor, k: Tensor, v: Tensor, encoder: PositionalE
             mask = bias.masked_fill((distance < 0) | (distance >= reach), float("-inf")).unsqueeze(0)
             steady = mask if repeats else steady
         out[:, :, start:end], near_lse[:, :, start:end] = fused_cpu_attention(
-            q[:, :, start:end], k[:, :, first:end], v[:, :, first:end], 0.0, False, attn_mask=mask)
+            q[:, :, start:end], k[:, :, first:end], v[:, :, first:end], 0.0, False, attn_mask=mask
+        )
     # The rest: query i >= reach, keys j <= i - reach, all with bias far[h].
     rest, rest_lse = fused_cpu_attention(q[:, :, reach:], k[:, :, : s - reach], v[:, :, : s - reach], 0.0, True)
     rest_lse = rest_lse + far.detach().to(q.dtype).view(1, h, 1)

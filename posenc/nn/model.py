@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc.nn.attention import ATTENTION_KINDS, SHARED, CausalAttention
 from posenc.encoders import AttentionShape, PositionalEncoder
 from posenc.errors import ConfigError
+from posenc.nn.attention import ATTENTION_KINDS, SHARED, CausalAttention
 from posenc.nn.mixers import DEFAULT_MIXER, MIXERS, BaseConv, base_conv_taps
 
 
@@ -43,9 +43,7 @@ class ModelConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"model.{name} must be >= 1, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
-            raise ConfigError(
-                f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
-            )
+            raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.attention not in ATTENTION_KINDS:

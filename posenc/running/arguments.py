@@ -58,27 +58,35 @@ def parse_scalings(text: str, factor: float | None = None) -> list[RopeScaling]:
             method, option = parsed[-1][0], part
         else:
             if method not in ROPE_SCALING:
-                raise PosencError(f"--rope-scaling: unknown method {method!r}; known methods: {', '.join(ROPE_SCALING)}")
+                raise PosencError(
+                    f"--rope-scaling: unknown method {method!r}; known methods: {', '.join(ROPE_SCALING)}"
+                )
             parsed.append((method, {}))
         if option:
             name, equals, value = (t.strip() for t in option.partition("="))
             allowed = method_options(method)
             if name not in allowed:
-                raise PosencError(f"--rope-scaling: {method} has no option {name!r}; its options: "
-                                  f"{', '.join(f'{k}=' for k in allowed)}")
+                raise PosencError(
+                    f"--rope-scaling: {method} has no option {name!r}; its options: "
+                    f"{', '.join(f'{k}=' for k in allowed)}"
+                )
             if not equals:
                 raise PosencError(f"--rope-scaling: {method}: option {name} needs a value ({name}=...)")
             if name in parsed[-1][1]:
                 raise PosencError(f"--rope-scaling: {method}: option {name} given twice")
             parsed[-1][1][name] = _option_value(method, name, value, allowed[name])
     if factor is not None and all(method == NO_SCALING for method, _ in parsed):
-        raise PosencError(f"--rope-factor {factor:g} sets the factor of a RoPE scaling method, and --rope-scaling "
-                          f"names none ({text!r}); add one, e.g. --rope-scaling none,yarn --rope-factor {factor:g}")
+        raise PosencError(
+            f"--rope-factor {factor:g} sets the factor of a RoPE scaling method, and --rope-scaling "
+            f"names none ({text!r}); add one, e.g. --rope-scaling none,yarn --rope-factor {factor:g}"
+        )
     scalings = []
     for method, options in parsed:
         defaults = method_options(method)
         # one label per setting: a default given explicitly is left out, options in name order
-        given = tuple(sorted((k, v) for k, v in options.items() if v != defaults[k] or type(v) is not type(defaults[k])))
+        given = tuple(
+            sorted((k, v) for k, v in options.items() if v != defaults[k] or type(v) is not type(defaults[k]))
+        )
         scaling = RopeScaling(method, None if method == NO_SCALING else factor, given)
         try:
             scaling.validate().resolve(64, 10000.0, 64, 64)  # the method's own range checks (beta_fast > beta_slow)
@@ -99,8 +107,11 @@ def _option_value(method: str, name: str, text: str, default: object) -> object:
             return text.lower() == "true"
         return want(text)
     except ValueError:
-        raise PosencError(f"--rope-scaling: {method}: {name} must be {'true or false' if want is bool else f'a number ({want.__name__})'}, "
-                          f"got {text!r}") from None
+        raise PosencError(
+            f"--rope-scaling: {method}: {name} must be "
+            f"{'true or false' if want is bool else f'a number ({want.__name__})'}, "
+            f"got {text!r}"
+        ) from None
 
 
 def parse_encoders(text: str | None) -> list[str]:
@@ -157,22 +168,29 @@ def experiment_single_run(args: list[str]) -> str | None:
             cfg = compose(config_name="config", overrides=args, return_hydra_config=True)
         params = OmegaConf.to_container(cfg.hydra.sweeper.params) or {}
         parsed = {key: OverridesParser.create().parse_override(f"{key}={sweep}") for key, sweep in params.items()}
-        swept = {key: list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
-                 for key, o in parsed.items()}
+        swept = {
+            key: list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+            for key, o in parsed.items()
+        }
     except Exception:  # whatever fails here fails in the precheck or in Hydra, in its own words
         return None
     given = {a.partition("=")[0].lstrip("+~") for a in args if "=" in a}
     choices = cfg.hydra.runtime.choices
-    chosen = {key: str(choices[key] if key in choices else OmegaConf.select(cfg, key))
-              for key in swept if key not in given}
+    chosen = {
+        key: str(choices[key] if key in choices else OmegaConf.select(cfg, key)) for key in swept if key not in given
+    }
     outside = [key for key, value in chosen.items() if value not in swept[key]]
     runs = math.prod(len(values) for values in swept.values())
     if outside:
         key = outside[0]
-        raise PosencError(f"experiment={named[0]} is a sweep of {runs} runs ({key}={params[key]}): without -m this "
-                          f"would train one run with {key}={chosen[key]}, which is none of them; add -m to train the "
-                          f"sweep, or name one of its runs ({' '.join(f'{k}=...' for k in swept)})")
+        raise PosencError(
+            f"experiment={named[0]} is a sweep of {runs} runs ({key}={params[key]}): without -m this "
+            f"would train one run with {key}={chosen[key]}, which is none of them; add -m to train the "
+            f"sweep, or name one of its runs ({' '.join(f'{k}=...' for k in swept)})"
+        )
     if not chosen:
         return None
-    return (f"experiment={named[0]} is a sweep of {runs} runs (-m trains them all); without -m this trains one of "
-            f"them: {' '.join(f'{k}={v}' for k, v in chosen.items())}")
+    return (
+        f"experiment={named[0]} is a sweep of {runs} runs (-m trains them all); without -m this trains one of "
+        f"them: {' '.join(f'{k}={v}' for k, v in chosen.items())}"
+    )

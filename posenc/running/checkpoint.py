@@ -16,10 +16,11 @@ import numpy as np
 import torch
 
 from posenc import files as run_files
-from posenc.running import runs as run_dirs
-from posenc.errors import PosencError
 from posenc.analysis.run_folder import config_difference  # noqa: F401  (here too: what resuming names)
 from posenc.analysis.store import without_neutral
+from posenc.errors import PosencError
+from posenc.running import runs as run_dirs
+
 
 class TrainingInterrupted(PosencError):
     """A stop signal arrived; a checkpoint was saved, and the process should exit with ``exit_code``."""
@@ -64,9 +65,11 @@ def load_training_state(path: Path, config: dict[str, Any], source: str | None =
     ``source``: ``resume=PATH``'s value when ``path`` is another folder's checkpoint (named, never advised
     to be deleted); None for the run folder's own."""
     elsewhere = "train this config in another hydra.run.dir"
-    afresh = (f"resume={source} must name a whole checkpoint of this configuration (it is left as it is)"
-              if source is not None else f"to start this run afresh, delete {path} (its weights are lost), or "
-              + elsewhere)
+    afresh = (
+        f"resume={source} must name a whole checkpoint of this configuration (it is left as it is)"
+        if source is not None
+        else f"to start this run afresh, delete {path} (its weights are lost), or " + elsewhere
+    )
     try:
         state = run_dirs.read_checkpoint(path)
     except PosencError as err:  # truncated or foreign: say how to go on
@@ -77,8 +80,9 @@ def load_training_state(path: Path, config: dict[str, Any], source: str | None =
         raise PosencError(f"cannot resume from {path}: it holds weights only, no training state")
     diff = config_difference(comparable(state["config"]), comparable(config))
     if diff and source is not None:
-        raise PosencError(f"resume={source}: {path} belongs to a different run: {diff}; name a checkpoint of this "
-                          "configuration")
+        raise PosencError(
+            f"resume={source}: {path} belongs to a different run: {diff}; name a checkpoint of this configuration"
+        )
     if diff:
         raise PosencError(f"{path} belongs to a different run: {diff}; {elsewhere}")
     return state

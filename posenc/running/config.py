@@ -10,8 +10,8 @@ import dataclasses
 import os
 import sys
 import typing
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -19,11 +19,11 @@ import yaml
 from posenc.encoders import ENCODERS, AttentionShape, build_encoder, check_encoder_name
 from posenc.encoders.base import MAX_LENGTH
 from posenc.errors import ConfigError
-from posenc.options import checked_value, keyword_options
 from posenc.nn.mixers import DEFAULT_MIXER, MIXERS
 from posenc.nn.model import ModelConfig
-from posenc.tasks import TASKS, build_task, check_task_name
+from posenc.options import checked_value, keyword_options
 from posenc.running.tracking import TRACKERS, LoggerConfig
+from posenc.tasks import TASKS, build_task, check_task_name
 
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
 MAX_LAYERS = 256  # deeper than any model posenc is for; deeper ones would stall in construction
@@ -105,7 +105,9 @@ class RunConfig:
             raise ConfigError(f"model.n_layers must be at most {MAX_LAYERS}, got {model_cfg.n_layers}")
         check_fits_in_memory(model_cfg, self.train.batch_size, self.task.length)  # before allocating any
         encoder = build_encoder(
-            self.encoder.name, AttentionShape(model_cfg.d_model, model_cfg.n_heads), self.task.length,
+            self.encoder.name,
+            AttentionShape(model_cfg.d_model, model_cfg.n_heads),
+            self.task.length,
             self.encoder.options,
         )
         encoder.check_depth(model_cfg.n_layers)
@@ -136,8 +138,10 @@ def check_plugin_key(check, name: str, plugins: Any, group: str) -> None:
         origin = plugins.get(group) if isinstance(plugins, dict) else None
         if not isinstance(origin, dict) or "unknown" not in str(err):
             raise
-        raise ConfigError(f"{group} '{name}' is a plugin ({origin.get('object')} from {origin.get('origin')} "
-                          f"{origin.get('source')}) that is not loaded here: {how_to_load(origin)}") from None
+        raise ConfigError(
+            f"{group} '{name}' is a plugin ({origin.get('object')} from {origin.get('origin')} "
+            f"{origin.get('source')}) that is not loaded here: {how_to_load(origin)}"
+        ) from None
 
 
 def how_to_load(origin: dict[str, Any]) -> str:
@@ -154,8 +158,10 @@ def check_mixer(mixer: str, encoder: str) -> None:
     if mixer not in MIXERS:
         raise ConfigError(f"model.mixer must be one of {', '.join(MIXERS)}; got {mixer!r}")
     if mixer != DEFAULT_MIXER and encoder != "nope":
-        raise ConfigError(f"model.mixer={mixer} takes encoder=nope (a convolution reads no positional "
-                          f"encoding), got encoder={encoder}")
+        raise ConfigError(
+            f"model.mixer={mixer} takes encoder=nope (a convolution reads no positional "
+            f"encoding), got encoder={encoder}"
+        )
 
 
 def check_no_ignored_settings(cfg: RunConfig) -> None:
@@ -171,11 +177,14 @@ def check_no_ignored_settings(cfg: RunConfig) -> None:
     if model.attention == "auto":
         return
     if model.mixer != DEFAULT_MIXER:
-        raise ConfigError(f"model.attention={model.attention} has nothing to choose: model.mixer={model.mixer} "
-                          "does not attend")
+        raise ConfigError(
+            f"model.attention={model.attention} has nothing to choose: model.mixer={model.mixer} does not attend"
+        )
     if not ENCODERS[encoder].has_score_bias:  # FoX and CoPE attend through their own paths, rope through SDPA
-        raise ConfigError(f"model.attention={model.attention} chooses how a score bias is added, and "
-                          f"encoder={encoder} has none (leave it at auto)")
+        raise ConfigError(
+            f"model.attention={model.attention} chooses how a score bias is added, and "
+            f"encoder={encoder} has none (leave it at auto)"
+        )
 
 
 def training_bytes(model: ModelConfig, batch_size: int, length: int) -> int:
@@ -240,8 +249,20 @@ def _positive(where: str, value: float) -> None:
 
 def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     """Convert a resolved config mapping (as composed by Hydra) into a checked :class:`RunConfig`."""
-    known = {"encoder", "task", "model", "train", "seed", "device", "progress", "resume", "paths", "hydra", "logger",
-             "plugins"}
+    known = {
+        "encoder",
+        "task",
+        "model",
+        "train",
+        "seed",
+        "device",
+        "progress",
+        "resume",
+        "paths",
+        "hydra",
+        "logger",
+        "plugins",
+    }
     for key in cfg:
         if key not in known:
             raise ConfigError(f"unknown config key '{key}'")
@@ -261,12 +282,12 @@ def run_config_from_dict(cfg: dict[str, Any]) -> RunConfig:
     check_mixer(model.mixer, encoder.name)
     _check_task(task)
     _check_train(train)
-    return RunConfig(encoder, task, model, train, seed=seed, device=device, progress=progress, resume=resume,
-                     logger=logger)
+    return RunConfig(
+        encoder, task, model, train, seed=seed, device=device, progress=progress, resume=resume, logger=logger
+    )
 
 
-def _check_run_settings(seed: object, device: object, progress: object, resume: object,
-                        logger: LoggerConfig) -> None:
+def _check_run_settings(seed: object, device: object, progress: object, resume: object, logger: LoggerConfig) -> None:
     """The top-level keys of a run's configuration, each in its range (:class:`ConfigError` otherwise)."""
     if logger.name not in TRACKERS:
         raise ConfigError(f"unknown logger '{logger.name}'; known loggers: {', '.join(TRACKERS)}")
@@ -284,9 +305,14 @@ def _check_task(task: TaskConfig) -> None:
     """The task group's lengths and length draw, each in its range (:class:`ConfigError` otherwise)."""
     if not 1 <= task.length <= MAX_LENGTH:
         raise ConfigError(f"task.length must be between 1 and {MAX_LENGTH}, got {task.length}")
-    if task.variable_length and task.min_length is not None and (type(task.min_length) is not int or not 1 <= task.min_length <= task.length):
-        raise ConfigError(f"task.min_length must be null or an integer in [1, task.length={task.length}], "
-                          f"got {task.min_length!r}")
+    if (
+        task.variable_length
+        and task.min_length is not None
+        and (type(task.min_length) is not int or not 1 <= task.min_length <= task.length)
+    ):
+        raise ConfigError(
+            f"task.min_length must be null or an integer in [1, task.length={task.length}], got {task.min_length!r}"
+        )
     if task.length_draw not in ("example", "batch"):
         raise ConfigError(f"task.length_draw must be example or batch, got {task.length_draw!r}")
 
@@ -300,8 +326,10 @@ def _check_train(train: TrainConfig) -> None:
     if type(train.stop_at_mastery) is not bool:
         raise ConfigError(f"train.stop_at_mastery must be true or false, got {train.stop_at_mastery!r}")
     if not train.stop_at_mastery and not train.check_every:
-        raise ConfigError("train.stop_at_mastery=false needs checks to record steps-to-learn; "
-                          "train.check_every=0 makes none (with no checks the whole budget is trained anyway)")
+        raise ConfigError(
+            "train.stop_at_mastery=false needs checks to record steps-to-learn; "
+            "train.check_every=0 makes none (with no checks the whole budget is trained anyway)"
+        )
     for key in ("steps", "batch_size", "eval_sequences", "log_every", "check_sequences"):
         _positive(f"train.{key}", getattr(train, key))
     if train.checkpoint_every < 0:

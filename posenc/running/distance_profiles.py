@@ -12,8 +12,8 @@ An encoder can shape attention scores in three places (see :mod:`posenc.encoders
   relative upper bound ``(1/(D/2)) sum_{j=1}^{D/2} |S_j|`` with ``S_j = sum_{k<j} c_k(d)`` and ``c_k(d)``
   the factor the encoder puts on pair ``k`` of ``q_m . conj(k_n)`` (``e^{i d theta_k}`` for RoPE), read from
   ``rotate`` with unit queries and keys, each divided by its modulus at distance 0 (a constant attention
-  scale such as YaRN's is not a decay; xPos's decay stays). :func:`posenc.functional.roformer_bound` is the same for RoPE with
-  any ``inv_freq``. Raw, as in the paper: its value at distance 0 is ``(D/2 + 1)/2`` (8.5 for ``D = 32``).
+  scale such as YaRN's is not a decay; xPos's decay stays). :func:`posenc.functional.roformer_bound` is the same
+  for RoPE with any ``inv_freq``. Raw, as in the paper: its value at distance 0 is ``(D/2 + 1)/2`` (8.5 for ``D = 32``).
 * ``bias`` - ``score_bias(q_pos, k_pos)`` per head, the additive logit (ALiBi: ``-slope_h * d``); raw.
 * ``absolute`` - through ``embed``: cosine similarity of the position vectors ``embed(0)_m`` and
   ``embed(0)_{m-d}`` (what the first layer's dot products see of positions), 1 at distance 0.
@@ -40,12 +40,12 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from posenc.running import arguments
 from posenc import functional as pf
 from posenc.analysis.kernel_views import UNTRAINED
 from posenc.encoders import AttentionShape, PositionalEncoder, build_encoder
 from posenc.errors import PosencError, PositionRangeError
 from posenc.functional.rope_scaling_spec import RopeScaling
+from posenc.running import arguments
 
 #: Shape of the untrained default encoders: conf/model/small.yaml (d_model 128, 4 heads -> head_dim 32).
 DEFAULT_SHAPE = AttentionShape(d_model=128, n_heads=4)
@@ -70,8 +70,13 @@ def distance_grid(max_distance: int) -> Tensor:
     if max_distance <= DENSE_UP_TO:
         return dense
     octaves = math.log2(max_distance / DENSE_UP_TO)
-    sparse = torch.logspace(math.log2(DENSE_UP_TO), math.log2(max_distance),
-                            max(2, math.ceil(octaves * POINTS_PER_OCTAVE)), base=2, dtype=torch.float64)
+    sparse = torch.logspace(
+        math.log2(DENSE_UP_TO),
+        math.log2(max_distance),
+        max(2, math.ceil(octaves * POINTS_PER_OCTAVE)),
+        base=2,
+        dtype=torch.float64,
+    )
     return torch.unique(torch.cat((dense, sparse.round().long(), torch.tensor([max_distance]))))
 
 
@@ -237,7 +242,11 @@ def scaled(encoder: PositionalEncoder, scaling: RopeScaling) -> PositionalEncode
 
 
 def encoder_kernels(
-    encoder: PositionalEncoder, name: str, source: str, max_distance: int, scalings: list[RopeScaling],
+    encoder: PositionalEncoder,
+    name: str,
+    source: str,
+    max_distance: int,
+    scalings: list[RopeScaling],
     factor: float,
 ) -> Kernel:
     """``encoder``'s kernel plus, for each RoPE scaling other than ``none`` (at ``factor``), its scaled rotary
@@ -249,8 +258,15 @@ def encoder_kernels(
         at = dataclasses.replace(scaling, factor=factor)
         variant = scaled(encoder, at) if scaling.method != arguments.NO_SCALING and rotates else None
         if variant is not None:
-            rotary = kernel(variant, max_distance, name=name, source=source, scaling=scaling.label(),
-                            factor=factor, components=("rotary", "rotary_bound"))
+            rotary = kernel(
+                variant,
+                max_distance,
+                name=name,
+                source=source,
+                scaling=scaling.label(),
+                factor=factor,
+                components=("rotary", "rotary_bound"),
+            )
             tables.append(rotary.table)
     table = pd.concat(tables, ignore_index=True) if len(tables) > 1 else result.table
     return Kernel(table, result.notes)

@@ -121,8 +121,11 @@ class _Collector:
     def result(self) -> Evaluation:
         per_sequence = {k: np.concatenate(v) if v else np.zeros(0) for k, v in self.rows.items()}
         keep = self.total > 0
-        positions = {"position": (np.arange(len(self.total)) * self.bin_width)[keep],
-                     "correct": self.correct[keep], "total": self.total[keep]}
+        positions = {
+            "position": (np.arange(len(self.total)) * self.bin_width)[keep],
+            "correct": self.correct[keep],
+            "total": self.total[keep],
+        }
         return Evaluation(self.scores.means(), per_sequence, positions, self.bin_width)
 
 
@@ -162,8 +165,9 @@ def evaluate_detailed(
 FINGERPRINT_HEX = 16  # 64 bits of SHA-256: two different sets of sequences share it with odds of 2**-64
 
 
-def evaluation_batches(task: Task, length: int, n_sequences: int, seed: int = EVAL_SEED,
-                       batch_tokens: int = BATCH_TOKENS) -> Iterator[Batch]:
+def evaluation_batches(
+    task: Task, length: int, n_sequences: int, seed: int = EVAL_SEED, batch_tokens: int = BATCH_TOKENS
+) -> Iterator[Batch]:
     """The evaluation sequences of ``task`` at ``length``, in the batches :func:`evaluate_detailed` scores."""
     per_batch = max(1, batch_tokens // length)
     yield from task.for_evaluation().evaluation_batches(n_sequences, length, per_batch, eval_generator(length, seed))
@@ -177,8 +181,9 @@ def add_to_digest(digest, batch: Batch) -> None:
     digest.update(batch.mask.to(torch.uint8).numpy().tobytes())
 
 
-def sequences_fingerprint(task: Task, length: int, n_sequences: int, seed: int = EVAL_SEED,
-                          batch_tokens: int = BATCH_TOKENS) -> str:
+def sequences_fingerprint(
+    task: Task, length: int, n_sequences: int, seed: int = EVAL_SEED, batch_tokens: int = BATCH_TOKENS
+) -> str:
     """A fingerprint of the sequences :func:`evaluate_detailed` scores at ``length``, made without a model: a
     run evaluated elsewhere (another torch version's generator, another task option) is paired with these
     sequences only if its fingerprint is the same (``posenc compare --baseline``)."""

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from posenc.running.arguments import check_max_hours
 from posenc.errors import PosencError
-from posenc.running.evaluate import default_sequences
 from posenc.progress import console
+from posenc.running.arguments import check_max_hours
+from posenc.running.evaluate import default_sequences
 
 # Memory: every evaluated sequence's row plus the largest forward pass (see :func:`memory_estimate`).
 ROW_BYTES = 400  # memory per evaluated sequence kept until the tables are written (numpy, then pandas rows)
@@ -67,9 +67,11 @@ def check_memory(configs: dict, wanted: dict, plan: dict, sequences: int | None)
         return
     longest = max((n for lengths in wanted.values() for n in lengths), default=0)
     asked = f"--sequences {sequences}" if sequences else "the default sequence counts"
-    raise PosencError(f"this evaluation needs about {need / 2**30:.1f} GiB of memory (estimated: lengths up to "
-                      f"{longest}, {asked}), more than the {have / 2**30:.1f} GiB available; use fewer or shorter "
-                      "--lengths or fewer --sequences, or --no-memory-check to try anyway")
+    raise PosencError(
+        f"this evaluation needs about {need / 2**30:.1f} GiB of memory (estimated: lengths up to "
+        f"{longest}, {asked}), more than the {have / 2**30:.1f} GiB available; use fewer or shorter "
+        "--lengths or fewer --sequences, or --no-memory-check to try anyway"
+    )
 
 
 # Time: model FLOPs over a measured matmul rate (see :func:`time_estimate`).
@@ -153,8 +155,9 @@ def _hours(seconds: float) -> str:
     return f"{hours:.1f}" if hours < 10 else f"{hours:.3g}" if hours >= 1e3 else f"{hours:.0f}"
 
 
-def check_time(configs: dict, wanted: dict, plan: dict, sequences: int | None, device: torch.device,
-               max_hours: float, show: bool) -> None:
+def check_time(
+    configs: dict, wanted: dict, plan: dict, sequences: int | None, device: torch.device, max_hours: float, show: bool
+) -> None:
     """Refuse, before any work, an evaluation estimated (:func:`time_estimate`) to take longer than
     ``max_hours``; announce one estimated to take longer than a minute (``show``)."""
     check_max_hours(max_hours)
@@ -165,9 +168,15 @@ def check_time(configs: dict, wanted: dict, plan: dict, sequences: int | None, d
     longest = max(n for lengths in wanted.values() for n in lengths)
     if seconds > max_hours * 3600:
         asked = f"--sequences {sequences}" if sequences else "the default sequence counts"
-        raise PosencError(f"this evaluation would take about {_hours(seconds)} h (estimated: {evaluations} "
-                          f"evaluations, lengths up to {longest}, {asked}), more than the {max_hours:g} h limit; use "
-                          f"fewer or shorter --lengths or fewer --sequences, or --max-hours to allow longer")
+        raise PosencError(
+            f"this evaluation would take about {_hours(seconds)} h (estimated: {evaluations} "
+            f"evaluations, lengths up to {longest}, {asked}), more than the {max_hours:g} h limit; use "
+            f"fewer or shorter --lengths or fewer --sequences, or --max-hours to allow longer"
+        )
     if show and seconds > SHOW_ESTIMATE_SECONDS:
-        console.print(f"estimated evaluation time: about {seconds / 60:.0f} min ({evaluations} evaluations, "
-                      f"longest {longest} tokens)", highlight=False, soft_wrap=True)
+        console.print(
+            f"estimated evaluation time: about {seconds / 60:.0f} min ({evaluations} evaluations, "
+            f"longest {longest} tokens)",
+            highlight=False,
+            soft_wrap=True,
+        )

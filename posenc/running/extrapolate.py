@@ -8,26 +8,26 @@ from __future__ import annotations
 import math
 import os
 import time
-from pathlib import Path
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
 
 from posenc import files as run_files
-from posenc.running import runs as run_dirs
-from posenc.running.arguments import DEFAULT_MAX_HOURS, NO_SCALING
-from posenc.encoders import ENCODERS
 from posenc.analysis.compare import held_back
-from posenc.errors import PosencError, PositionRangeError
-from posenc.running.evaluate import default_sequences, evaluate_detailed, resolve_device
-from posenc.progress import make_progress
-from posenc.nn.subnormals import flush_subnormals
 from posenc.analysis.run_folder import RunFolder
 from posenc.analysis.store import COLUMNS, Results
 from posenc.analysis.tables import describe_run
+from posenc.encoders import ENCODERS
+from posenc.errors import PosencError, PositionRangeError
+from posenc.nn.subnormals import flush_subnormals
+from posenc.progress import make_progress
+from posenc.running import runs as run_dirs
+from posenc.running.arguments import DEFAULT_MAX_HOURS, NO_SCALING
+from posenc.running.evaluate import default_sequences, evaluate_detailed, resolve_device
 from posenc.running.evaluation_budget import check_memory, check_time
 
 if TYPE_CHECKING:
@@ -104,8 +104,10 @@ def distinct_runs(runs: list[Path]) -> tuple[list[Path], str | None]:
     kept, dropped = [], []
     for key, paths in by_id.items():
         if len(paths) > 1:  # a whole copy first, then one reached without a symlink
-            paths = sorted(paths, key=lambda p: (run_problem(folders[p]) is not None,
-                                                 os.path.realpath(p) != os.path.abspath(p), str(p)))
+            paths = sorted(
+                paths,
+                key=lambda p: (run_problem(folders[p]) is not None, os.path.realpath(p) != os.path.abspath(p), str(p)),
+            )
         kept.append(paths[0])
         if len(paths) > 1:
             dropped.append((key, paths))
@@ -113,8 +115,10 @@ def distinct_runs(runs: list[Path]) -> tuple[list[Path], str | None]:
         return runs, None
     shown = "; ".join(f"run {key} at {', '.join(map(str, paths))}: kept {paths[0]}" for key, paths in dropped[:3])
     more = f"; and {len(dropped) - 3} more" if len(dropped) > 3 else ""
-    note = (f"the same run was reached by more than one path (a symlink or a copy of its folder), so it is evaluated "
-            f"and pooled once: {shown}{more}")
+    note = (
+        f"the same run was reached by more than one path (a symlink or a copy of its folder), so it is evaluated "
+        f"and pooled once: {shown}{more}"
+    )
     return sorted(kept), note
 
 
@@ -129,8 +133,6 @@ def scalings_for(config: dict, scalings: list[RopeScaling]) -> list[RopeScaling]
     if isinstance(name, str) and name in ENCODERS and ENCODERS[name].takes_rope_scaling_with(options):
         return scalings
     return [RopeScaling(NO_SCALING)]
-
-
 
 
 @flush_subnormals()  # on every thread of an evaluating process: see posenc.nn.subnormals
@@ -190,8 +192,18 @@ def extrapolate(
         job = bar.add_task("evaluate", total=total, current="")
         for run in work.runs:
             if work.wanted[run]:  # else everything is already evaluated
-                total = _evaluate_run(run, work.wanted[run], work.scalings[run], _about(work.folders[run]), dev,
-                                      sequences, done, (bar, job, total), parts, skipped)
+                total = _evaluate_run(
+                    run,
+                    work.wanted[run],
+                    work.scalings[run],
+                    _about(work.folders[run]),
+                    dev,
+                    sequences,
+                    done,
+                    (bar, job, total),
+                    parts,
+                    skipped,
+                )
     if not parts and (allow_empty or not skipped):
         return Results.empty(), skipped
     if not parts:
@@ -212,8 +224,14 @@ class _Plan:
     skipped: list[str]  # one line per run left out, saying why
 
 
-def _plan(runs: list[Path], lengths: list[int] | None, up_to: int, scalings: list[RopeScaling],
-          done: frozenset[tuple[str, int, str]], include_not_learned: bool) -> _Plan:
+def _plan(
+    runs: list[Path],
+    lengths: list[int] | None,
+    up_to: int,
+    scalings: list[RopeScaling],
+    done: frozenset[tuple[str, int, str]],
+    include_not_learned: bool,
+) -> _Plan:
     """The runs :func:`extrapolate` can evaluate and, for each, its scalings and the lengths still to do."""
     folders = {run: RunFolder.read(run) for run in runs}  # each run's files read once; no checkpoint loaded yet
     problems = {run: run_problem(folders[run]) for run in runs}  # unfinished or damaged: skipped, said why
@@ -223,9 +241,14 @@ def _plan(runs: list[Path], lengths: list[int] | None, up_to: int, scalings: lis
     configs = {run: folders[run].config for run in runs}
     plan = {run: scalings_for(configs[run], scalings) for run in runs}
     missed = set() if include_not_learned else _held_back_configs(folders.values())
-    wanted = {run: [n for n in _lengths_for(folders[run], lengths, up_to, folders[run].identity.config_id not in missed)
-                    if any((folders[run].run_id, n, scaling_label(sc)) not in done for sc in plan[run])]
-              for run in runs}
+    wanted = {
+        run: [
+            n
+            for n in _lengths_for(folders[run], lengths, up_to, folders[run].identity.config_id not in missed)
+            if any((folders[run].run_id, n, scaling_label(sc)) not in done for sc in plan[run])
+        ]
+        for run in runs
+    }
     return _Plan(runs, folders, configs, plan, wanted, skipped)
 
 
@@ -238,8 +261,18 @@ def _held_back_configs(folders) -> set[str]:
     return {f.identity.config_id for f in folders if f.finished and held_back(f.learned, f.task)}
 
 
-def _evaluate_run(run: Path, lengths: list[int], scalings: list, about: dict, dev, sequences: int | None,
-                  done: frozenset, progress: tuple, parts: list[Results], skipped: list[str]) -> int:
+def _evaluate_run(
+    run: Path,
+    lengths: list[int],
+    scalings: list,
+    about: dict,
+    dev,
+    sequences: int | None,
+    done: frozenset,
+    progress: tuple,
+    parts: list[Results],
+    skipped: list[str],
+) -> int:
     """Evaluate one run at ``lengths`` under each of ``scalings`` (and each of its task's depths), appending
     to ``parts``; a run that cannot be loaded adds a line to ``skipped``. ``progress``: the bar, its job and
     its total; returns the total, grown by the depths the run's task turned out to have."""
@@ -297,9 +330,14 @@ def run_facts(folders: Iterable[RunFolder]) -> dict[str, dict]:
 def _about(folder: RunFolder) -> dict:
     """The columns every row of a run shares: where it is, who it is, and whether it learned its task."""
     identity, steps = folder.identity, folder.metrics.get("steps_to_learn")
-    return {"run": describe_run(folder.path), "run_id": identity.run_id, "config_id": identity.config_id,
-            "config": identity.config, "learned": folder.learned,
-            "steps_to_learn": math.nan if steps is None else float(steps)}
+    return {
+        "run": describe_run(folder.path),
+        "run_id": identity.run_id,
+        "config_id": identity.config_id,
+        "config": identity.config,
+        "learned": folder.learned,
+        "steps_to_learn": math.nan if steps is None else float(steps),
+    }
 
 
 def scaling_note(table: pd.DataFrame, scalings: list[RopeScaling]) -> str | None:
@@ -327,15 +365,20 @@ def not_learned_note(table: pd.DataFrame, lengths: list[int] | None) -> str | No
         missed = missed[[any(n != t for n in lengths) for t in missed["train_length"]]]
     if missed.empty:
         return None
-    shown = [f"{r.encoder}/{r.task} seed {r.seed}{'' if r.learned else ' (not learned)'} ({r.run})"
-             for r in missed.head(3).itertuples()]
+    shown = [
+        f"{r.encoder}/{r.task} seed {r.seed}{'' if r.learned else ' (not learned)'} ({r.run})"
+        for r in missed.head(3).itertuples()
+    ]
     more = f" and {len(missed) - 3} more" if len(missed) > 3 else ""
-    return ("not learned at the training length by every seed of the configuration, so evaluated there only "
-            f"(past it there is nothing to compare; train longer or see metrics.json): {', '.join(shown)}{more}")
+    return (
+        "not learned at the training length by every seed of the configuration, so evaluated there only "
+        f"(past it there is nothing to compare; train longer or see metrics.json): {', '.join(shown)}{more}"
+    )
 
 
-def _evaluate(about: dict, cfg, task, model, length: int, scaling, depth: float | None,
-              sequences: int | None) -> Results:
+def _evaluate(
+    about: dict, cfg, task, model, length: int, scaling, depth: float | None, sequences: int | None
+) -> Results:
     """``model`` on ``task`` (at ``depth`` if given) at ``length`` under ``scaling``: one row, its
     sequences and its positions."""
     factor = scaling.factor_for(cfg.task.length, length)  # what the method gets (dynamic_ntk: 1 unless fixed)

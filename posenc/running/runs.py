@@ -12,12 +12,11 @@ from typing import Any
 import torch
 
 from posenc import files as run_files
-from posenc.analysis.run_folder import (config_difference, disagreement, metrics_disagreement, read_config,
-                                        run_config)
+from posenc.analysis.run_folder import config_difference, disagreement, metrics_disagreement, read_config, run_config
 from posenc.analysis.store import without_neutral
-from posenc.running.config import RunConfig, how_to_load, run_config_from_dict
 from posenc.errors import PosencError
 from posenc.files import CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, check_regular
+from posenc.running.config import RunConfig, how_to_load, run_config_from_dict
 
 
 def find_runs(paths: list[Path], unreadable: list[str] | None = None, weightless: bool = False) -> list[Path]:
@@ -41,8 +40,10 @@ def find_runs(paths: list[Path], unreadable: list[str] | None = None, weightless
             raise PosencError(f"not a directory: {path}")
 
         def report(err: OSError) -> None:
-            problems.append(f"cannot read folder {err.filename}: {err.strerror or err}; any runs in it are left "
-                            "out (make it readable to include them)")
+            problems.append(
+                f"cannot read folder {err.filename}: {err.strerror or err}; any runs in it are left "
+                "out (make it readable to include them)"
+            )
 
         for root, _, names in os.walk(path, onerror=report):
             if CHECKPOINT_FILE in names or (weightless and {METRICS_FILE, CONFIG_FILE} <= set(names)):
@@ -53,7 +54,9 @@ def find_runs(paths: list[Path], unreadable: list[str] | None = None, weightless
         unreadable.extend(problems)
     if not runs:
         where = ", ".join(map(str, paths))
-        raise PosencError(problems[0] if problems else f"no trained runs (folders with {CHECKPOINT_FILE}) under: {where}")
+        raise PosencError(
+            problems[0] if problems else f"no trained runs (folders with {CHECKPOINT_FILE}) under: {where}"
+        )
     return sorted(runs)
 
 
@@ -96,8 +99,10 @@ def load_run(run_dir: Path, device: torch.device | str = "cpu"):
     return cfg, task, model.to(device).eval()
 
 
-PLUGIN_HOWTO = ("if it is a plugin, load it with POSENC_PLUGINS=FILE.py (or a module name), or install the package "
-                "that registers it (entry point group posenc.{group}s); see docs/extending.md")
+PLUGIN_HOWTO = (
+    "if it is a plugin, load it with POSENC_PLUGINS=FILE.py (or a module name), or install the package "
+    "that registers it (entry point group posenc.{group}s); see docs/extending.md"
+)
 
 
 def unregistered(config: dict[str, Any]) -> str | None:
@@ -117,8 +122,10 @@ def unregistered(config: dict[str, Any]) -> str | None:
         missing = f"its {group} '{key}' is not registered here"
         origin = plugins.get(group)
         if isinstance(origin, dict) and origin.get("source"):
-            return (f"{missing}: it trained with the plugin {origin.get('object')} ({origin.get('origin')} "
-                    f"{origin['source']}); load it the same way ({how_to_load(origin)}; docs/extending.md)")
+            return (
+                f"{missing}: it trained with the plugin {origin.get('object')} ({origin.get('origin')} "
+                f"{origin['source']}); load it the same way ({how_to_load(origin)}; docs/extending.md)"
+            )
         return f"{missing} (registered: {', '.join(registry)}); {PLUGIN_HOWTO.format(group=group)}"
     return None
 
@@ -138,8 +145,9 @@ def files_disagreement(run: Path, payload: dict[str, Any]) -> str | None:
 _ELSEWHERE = "train this config into another hydra.run.dir"
 
 
-def check_training_folder(run_dir: Path, config: dict[str, Any], state: dict[str, Any] | None,
-                          resumed_from: str | None = None) -> None:
+def check_training_folder(
+    run_dir: Path, config: dict[str, Any], state: dict[str, Any] | None, resumed_from: str | None = None
+) -> None:
     """Refuse, in one line, to train ``config`` into ``run_dir`` where a run file there is not this run's to
     go on from or write over: another configuration's ``config.yaml`` or ``metrics.json``, a damaged one, a
     ``metrics.json`` or ``history.csv`` without the checkpoint they end (a finished run whose checkpoint was
@@ -160,13 +168,17 @@ def check_training_folder(run_dir: Path, config: dict[str, Any], state: dict[str
             raise PosencError(f"{run_dir / CONFIG_FILE} belongs to a different run: {diff}; {_ELSEWHERE}")
     results = [name for name in (CHECKPOINT_FILE, METRICS_FILE, run_files.HISTORY_FILE) if name in present]
     if resumed_from is not None and results:
-        raise PosencError(f"resume={resumed_from}: {run_dir} already holds {', '.join(results)}; resume=PATH starts a "
-                          f"run folder from another one's checkpoint and never writes over a run: continue {run_dir} "
-                          f"with resume=true, or {_ELSEWHERE}")
+        raise PosencError(
+            f"resume={resumed_from}: {run_dir} already holds {', '.join(results)}; resume=PATH starts a "
+            f"run folder from another one's checkpoint and never writes over a run: continue {run_dir} "
+            f"with resume=true, or {_ELSEWHERE}"
+        )
     for name in (run_files.OVERRIDES_FILE, run_files.TRACKING_FILE):
         if name in present and CONFIG_FILE not in present:
-            raise PosencError(f"{run_dir / name} is not this run's: posenc writes it only beside the run's "
-                              f"{CONFIG_FILE}, which is missing; move it away, or {_ELSEWHERE}")
+            raise PosencError(
+                f"{run_dir / name} is not this run's: posenc writes it only beside the run's "
+                f"{CONFIG_FILE}, which is missing; move it away, or {_ELSEWHERE}"
+            )
     if run_files.OVERRIDES_FILE in present:
         _check_overrides(run_dir / run_files.OVERRIDES_FILE)
     if METRICS_FILE in present:
@@ -184,8 +196,10 @@ def _check_overrides(path: Path) -> None:
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         overrides = None
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
-        raise PosencError(f"{path} is not posenc's (not a list of overrides), and training would write over it: "
-                          f"move it away, or {_ELSEWHERE}")
+        raise PosencError(
+            f"{path} is not posenc's (not a list of overrides), and training would write over it: "
+            f"move it away, or {_ELSEWHERE}"
+        )
 
 
 def _check_metrics(run_dir: Path, config: dict[str, Any], state: dict[str, Any] | None) -> None:
@@ -198,26 +212,34 @@ def _check_metrics(run_dir: Path, config: dict[str, Any], state: dict[str, Any] 
     if why := metrics_disagreement(config, metrics, source="the config trained now"):
         raise PosencError(f"{path} belongs to a different run ({why}); {_ELSEWHERE}")
     if state is None:
-        raise PosencError(f"{run_dir} holds {METRICS_FILE} but no {CHECKPOINT_FILE} (a finished run whose checkpoint "
-                          "was removed, or a file posenc did not write): training would write over it; restore "
-                          f"the run's {CHECKPOINT_FILE}, or {_ELSEWHERE}")
+        raise PosencError(
+            f"{run_dir} holds {METRICS_FILE} but no {CHECKPOINT_FILE} (a finished run whose checkpoint "
+            "was removed, or a file posenc did not write): training would write over it; restore "
+            f"the run's {CHECKPOINT_FILE}, or {_ELSEWHERE}"
+        )
     step, steps = state.get("step"), metrics.get("steps")
     if isinstance(steps, int) and step != steps:
-        raise PosencError(f"{path} does not end {run_dir / CHECKPOINT_FILE} (training ended at step {steps} there, "
-                          f"the checkpoint is at step {step}); move the stray file away, or {_ELSEWHERE}")
+        raise PosencError(
+            f"{path} does not end {run_dir / CHECKPOINT_FILE} (training ended at step {steps} there, "
+            f"the checkpoint is at step {step}); move the stray file away, or {_ELSEWHERE}"
+        )
 
 
 def _check_history(run_dir: Path, state: dict[str, Any] | None) -> None:
     """``history.csv`` is the curve (or the start of the curve) of the checkpoint training would go on from."""
     path = run_dir / run_files.HISTORY_FILE
     if state is None:
-        raise PosencError(f"{run_dir} holds {run_files.HISTORY_FILE} but no {CHECKPOINT_FILE} (a finished run whose "
-                          "checkpoint was removed, or a file posenc did not write): training would write over it; "
-                          f"restore the run's {CHECKPOINT_FILE}, or {_ELSEWHERE}")
+        raise PosencError(
+            f"{run_dir} holds {run_files.HISTORY_FILE} but no {CHECKPOINT_FILE} (a finished run whose "
+            "checkpoint was removed, or a file posenc did not write): training would write over it; "
+            f"restore the run's {CHECKPOINT_FILE}, or {_ELSEWHERE}"
+        )
     try:
         text = path.read_bytes().decode()  # as written: csv ends its lines with \r\n
     except (OSError, UnicodeDecodeError) as err:
         raise PosencError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
     if not run_files.history_csv(state.get("history") or []).startswith(text):
-        raise PosencError(f"{path} is not the training curve of {run_dir / CHECKPOINT_FILE} (another run's, or a file "
-                          f"posenc did not write), and training would write over it: move it away, or {_ELSEWHERE}")
+        raise PosencError(
+            f"{path} is not the training curve of {run_dir / CHECKPOINT_FILE} (another run's, or a file "
+            f"posenc did not write), and training would write over it: move it away, or {_ELSEWHERE}"
+        )

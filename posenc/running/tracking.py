@@ -130,8 +130,9 @@ class MLflowTracker(Tracker):
 
     package = "mlflow"
 
-    def __init__(self, run_dir: Path, config: dict[str, Any], *, tracking_uri: str | None = None,
-                 experiment: str = "posenc") -> None:
+    def __init__(
+        self, run_dir: Path, config: dict[str, Any], *, tracking_uri: str | None = None, experiment: str = "posenc"
+    ) -> None:
         super().__init__(run_dir, config)
         import mlflow
 
@@ -171,8 +172,9 @@ class WandbTracker(Tracker):
 
     package = "wandb"
 
-    def __init__(self, run_dir: Path, config: dict[str, Any], *, project: str = "posenc",
-                 mode: str = "offline") -> None:
+    def __init__(
+        self, run_dir: Path, config: dict[str, Any], *, project: str = "posenc", mode: str = "offline"
+    ) -> None:
         super().__init__(run_dir, config)
         self.check({"mode": mode})
         import wandb
@@ -180,8 +182,15 @@ class WandbTracker(Tracker):
         run_id = self._remembered("wandb_run_id") or secrets.token_hex(4)  # W&B ids: any short [a-z0-9] string
         self._remember("wandb_run_id", run_id)
         os.environ.setdefault("WANDB_SILENT", "true")
-        self.run = wandb.init(project=project, dir=str(self.run_dir), mode=mode, id=run_id, resume="allow",
-                              name=str(self.run_dir), config={k: v for k, v in config.items() if k != "hydra"})
+        self.run = wandb.init(
+            project=project,
+            dir=str(self.run_dir),
+            mode=mode,
+            id=run_id,
+            resume="allow",
+            name=str(self.run_dir),
+            config={k: v for k, v in config.items() if k != "hydra"},
+        )
 
     @classmethod
     def check(cls, options: dict[str, Any]) -> None:

@@ -14,6 +14,9 @@ from typing import Any
 import torch
 
 from posenc import files as run_files
+from posenc.analysis.store import run_identity
+from posenc.errors import PosencError
+from posenc.progress import live_bars, make_progress, task_status
 from posenc.running.checkpoint import (
     StopSignals,
     TrainingInterrupted,
@@ -22,14 +25,11 @@ from posenc.running.checkpoint import (
     save_training_state,
     set_rng_states,
 )
-from posenc.analysis.store import run_identity
 from posenc.running.config import RunConfig
-from posenc.errors import PosencError
 from posenc.running.evaluate import Scores, answer_loss, default_sequences, evaluate, resolve_device
-from posenc.progress import live_bars, make_progress, task_status
 from posenc.running.runs import check_training_folder
-from posenc.task_facts import converged, has_mastery_criterion, loss_fall
 from posenc.running.tracking import check_logger, open_tracker
+from posenc.task_facts import converged, has_mastery_criterion, loss_fall
 
 log = logging.getLogger("posenc.running.train")
 
@@ -134,8 +134,9 @@ def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: di
                     break  # resumed after the criterion was met: nothing left to train
                 batch, length = draw_batch(task, t.batch_size, lo, hi, cfg.task.length_draw, data)
                 batch = batch.to(device)
-                logits, loss = optimizer_step(batch, model, step_model, optimizer, scheduler, autocast_dtype,
-                                              t.grad_clip)
+                logits, loss = optimizer_step(
+                    batch, model, step_model, optimizer, scheduler, autocast_dtype, t.grad_clip
+                )
                 finite &= torch.isfinite(loss)
                 if step % t.log_every == 0 or step == t.steps:
                     _check_finite(finite, step)
@@ -145,8 +146,11 @@ def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: di
                 if stop.received is not None:
                     checkpoint(step)
                     raise _interrupted(stop.received, step, t.steps, run_dir)
-                if t.check_every and step % t.check_every == 0 and _check(cfg, model, task, check_at, step,
-                                                                          checks, tracker):
+                if (
+                    t.check_every
+                    and step % t.check_every == 0
+                    and _check(cfg, model, task, check_at, step, checks, tracker)
+                ):
                     learned_at = step if learned_at is None else learned_at  # steps-to-learn: the first
                     if t.stop_at_mastery:
                         progress.update(bar, completed=t.steps)
@@ -156,8 +160,18 @@ def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: di
         seconds = elapsed + time.perf_counter() - start
         # a learned checkpoint resumed trains nothing (stopping at mastery), else the loop ran to `step`
         trained = learned_at if learned_at is not None and t.stop_at_mastery else step
-        metrics = _final_metrics(cfg, evaluate(model, task, cfg.task.length, t.eval_sequences), trained, seconds,
-                                 device, n_params, learned_at, checks, (lo, hi), check_at)
+        metrics = _final_metrics(
+            cfg,
+            evaluate(model, task, cfg.task.length, t.eval_sequences),
+            trained,
+            seconds,
+            device,
+            n_params,
+            learned_at,
+            checks,
+            (lo, hi),
+            check_at,
+        )
         metrics.update(_identity_of(config_dict))
         checkpoint(trained)
         _record(run_dir, history, metrics, tracker)
@@ -200,9 +214,14 @@ def _warn_threads(state: dict | None, device: torch.device) -> None:
     order of floating-point sums changes, and with it the result (no longer bit-identical to one unbroken run)."""
     before, now = (state or {}).get("threads"), torch.get_num_threads()
     if device.type == "cpu" and isinstance(before, int) and before != now:
-        log.warning("resuming under %d threads, where this run trained under %d until step %d: its result will "
-                    "differ from an uninterrupted run's in the last bits (set OMP_NUM_THREADS=%d to match)",
-                    now, before, state["step"], before)
+        log.warning(
+            "resuming under %d threads, where this run trained under %d until step %d: its result will "
+            "differ from an uninterrupted run's in the last bits (set OMP_NUM_THREADS=%d to match)",
+            now,
+            before,
+            state["step"],
+            before,
+        )
 
 
 def _write_run_files(run_dir: Path, config_dict: dict[str, Any], overrides: list[str] | None) -> None:
@@ -244,8 +263,9 @@ def _record(run_dir: Path, history: list[dict], metrics: dict[str, Any], tracker
     """A finished run's ``history.csv`` and ``metrics.json``, and the tracker's final record."""
     run_files.atomic_write_text(run_dir / run_files.HISTORY_FILE, run_files.history_csv(history))
     run_files.write_json(run_dir / run_files.METRICS_FILE, metrics)
-    tracker.log_final(metrics, [run_dir / name for name in (run_files.CONFIG_FILE, run_files.HISTORY_FILE,
-                                                            run_files.METRICS_FILE)])
+    tracker.log_final(
+        metrics, [run_dir / name for name in (run_files.CONFIG_FILE, run_files.HISTORY_FILE, run_files.METRICS_FILE)]
+    )
 
 
 def _identity_of(config_dict: dict[str, Any]) -> dict[str, str]:
@@ -254,9 +274,18 @@ def _identity_of(config_dict: dict[str, Any]) -> dict[str, str]:
     return {"run_id": identity.run_id, "config_id": identity.config_id}
 
 
-def _final_metrics(cfg: RunConfig, final: dict, trained: int, seconds: float, device, n_params: int,
-                   learned_at: int | None, checks: list, lengths: tuple[int, int],
-                   check_at: list[int]) -> dict[str, Any]:
+def _final_metrics(
+    cfg: RunConfig,
+    final: dict,
+    trained: int,
+    seconds: float,
+    device,
+    n_params: int,
+    learned_at: int | None,
+    checks: list,
+    lengths: tuple[int, int],
+    check_at: list[int],
+) -> dict[str, Any]:
     """metrics.json: the run, its final scores at L (``final``), steps and time, and whether it learned."""
     t = cfg.train
     mastery = t.check_every > 0 and has_mastery_criterion(cfg.task.name)  # lm: no criterion
@@ -287,41 +316,63 @@ def _learned(cfg: RunConfig, final: dict, learned_at: int | None, checks: list, 
 def _log_outcome(cfg: RunConfig, metrics: dict, seconds: float, lengths: tuple[int, int], task) -> None:
     t = cfg.train
     if not metrics["learned"] and not has_mastery_criterion(cfg.task.name):
-        log.warning("NOT CONVERGED: the held-out loss fell by %s over the last quarter of the budget (%d steps)",
-                    "an unmeasured share" if metrics["heldout_loss_fall"] is None
-                    else f"{metrics['heldout_loss_fall']:.1%}", t.steps)
+        log.warning(
+            "NOT CONVERGED: the held-out loss fell by %s over the last quarter of the budget (%d steps)",
+            "an unmeasured share" if metrics["heldout_loss_fall"] is None else f"{metrics['heldout_loss_fall']:.1%}",
+            t.steps,
+        )
     elif not metrics["learned"]:
-        log.warning("NOT LEARNED: held-out exact match stayed below %.2f at lengths %d-%d for the whole "
-                    "budget (%d steps)", t.target_exact_match, *lengths, t.steps)
+        log.warning(
+            "NOT LEARNED: held-out exact match stayed below %.2f at lengths %d-%d for the whole budget (%d steps)",
+            t.target_exact_match,
+            *lengths,
+            t.steps,
+        )
     # extrapolate's own sample at this length is larger (issue 38): say so, or its exact match at 1x looks
     # like a different result from the one printed here
     extrapolated = task.for_evaluation().evaluation_sequences(cfg.task.length, default_sequences(cfg.task.length))
     log.info(
         "done in %.1f s: exact match %.4f, token accuracy %.4f, loss %.4f at length %d on %d held-out sequences "
         "(train.eval_sequences; posenc extrapolate scores %d at this length, so its numbers differ by sampling)",
-        seconds, metrics["exact_match"], metrics["token_accuracy"], metrics["loss"], cfg.task.length,
-        metrics["n_sequences"], extrapolated,
+        seconds,
+        metrics["exact_match"],
+        metrics["token_accuracy"],
+        metrics["loss"],
+        cfg.task.length,
+        metrics["n_sequences"],
+        extrapolated,
     )
 
 
 def _check_finite(finite: torch.Tensor, step: int) -> None:
     """Stop on a non-finite loss (one host-device sync, at log and checkpoint steps only)."""
     if not bool(finite):
-        raise PosencError(f"the loss became non-finite by step {step}; stopped, the last checkpoint is kept "
-                          "(try a lower train.lr)")
+        raise PosencError(
+            f"the loss became non-finite by step {step}; stopped, the last checkpoint is kept (try a lower train.lr)"
+        )
 
 
 def _interrupted(signum: int, step: int, steps: int, run_dir: Path) -> TrainingInterrupted:
     name = signal.Signals(signum).name
-    return TrainingInterrupted(f"{name} at step {step}/{steps}: checkpoint saved in {run_dir}; run the same "
-                               "command again to resume", 128 + signum)
+    return TrainingInterrupted(
+        f"{name} at step {step}/{steps}: checkpoint saved in {run_dir}; run the same command again to resume",
+        128 + signum,
+    )
 
 
 def _log_start(cfg: RunConfig, task, model, device: torch.device, run_dir: Path) -> int:
     """Log what is trained where; the model's parameter count."""
     n_params = sum(p.numel() for p in model.parameters())
-    log.info("training %s on %s (length %d), %d steps, %s parameters, device %s -> %s", cfg.encoder.name,
-             cfg.task.name, cfg.task.length, cfg.train.steps, f"{n_params:,}", device, run_dir)
+    log.info(
+        "training %s on %s (length %d), %d steps, %s parameters, device %s -> %s",
+        cfg.encoder.name,
+        cfg.task.name,
+        cfg.task.length,
+        cfg.train.steps,
+        f"{n_params:,}",
+        device,
+        run_dir,
+    )
     if task.describe_data():
         log.info("data: %s", task.describe_data())
     return n_params
@@ -344,8 +395,9 @@ def setup_training(cfg: RunConfig, device: torch.device) -> tuple:
     return task, model, step_model, optimizer, scheduler, autocast_dtype
 
 
-def optimizer_step(batch, model, step_model, optimizer, scheduler, autocast_dtype: torch.dtype | None,
-          grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+def optimizer_step(
+    batch, model, step_model, optimizer, scheduler, autocast_dtype: torch.dtype | None, grad_clip: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One optimizer step on ``batch`` (already on the device); ``(logits, loss)``, neither read back here."""
     device_type = batch.inputs.device.type
     with torch.autocast(device_type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):

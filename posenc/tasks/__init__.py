@@ -27,13 +27,18 @@ __all__ = [
 
 #: The registry: key -> task class. ``conf/task/<key>.yaml`` exists for every built-in key; plugins (entry
 #: points ``posenc.tasks``, ``POSENC_PLUGINS``) join it when it is first read (posenc.plugins).
-TASKS: Registry[Task] = Registry("task", {
-    "copy": Copy,
-    "retrieval": Retrieval,
-    "reverse": Reverse,
-    "passkey": Passkey,
-    "lm": LanguageModelling,
-}, base=Task, entry_point_group="posenc.tasks")
+TASKS: Registry[Task] = Registry(
+    "task",
+    {
+        "copy": Copy,
+        "retrieval": Retrieval,
+        "reverse": Reverse,
+        "passkey": Passkey,
+        "lm": LanguageModelling,
+    },
+    base=Task,
+    entry_point_group="posenc.tasks",
+)
 
 
 check_task_name = TASKS.check

@@ -254,8 +254,10 @@ class LanguageModelling(Task):
 
     def _too_short(self, split: str, length: int) -> str:
         data = self.corpus.train if split == "training" else self.corpus.eval
-        return (f"task 'lm': the {split} split of the corpus has {data.numel():,} bytes, fewer than a window "
-                f"at length {length} needs ({length + 1:,}); use a larger corpus or task.max_bytes")
+        return (
+            f"task 'lm': the {split} split of the corpus has {data.numel():,} bytes, fewer than a window "
+            f"at length {length} needs ({length + 1:,}); use a larger corpus or task.max_bytes"
+        )
 
     def sequences(self, batch_size: int, length: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         data = self.corpus.train if self.split == "train" else self.corpus.eval

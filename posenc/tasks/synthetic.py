@@ -96,8 +96,9 @@ class Retrieval(Task):
     key = "retrieval"
     description = "answer the values of queried keys from key-value pairs (Zoology's MQAR)"
 
-    def __init__(self, *, n_pairs: int = 4, n_keys: int = 32, n_values: int = 32, n_noise: int = 16,
-                 read_answers: bool = False) -> None:
+    def __init__(
+        self, *, n_pairs: int = 4, n_keys: int = 32, n_values: int = 32, n_noise: int = 16, read_answers: bool = False
+    ) -> None:
         if n_pairs < 1 or n_keys < n_pairs or n_values < n_pairs or n_noise < 1:
             raise ConfigError(
                 "task needs n_pairs >= 1, n_keys >= n_pairs, n_values >= n_pairs and n_noise >= 1 "
@@ -120,7 +121,9 @@ class Retrieval(Task):
         values = 2 + self.n_keys + draw(self.n_values, k)  # [b, K] distinct, disjoint from keys
         order = draw(k, k)  # [b, K] which pair each query asks for: a random order
         where = draw(slots, k)  # [b, K] the slots holding the queries, uniform without replacement
-        noise = 2 + self.n_keys + self.n_values + torch.randint(self.n_noise, (batch_size, slots, 2), generator=generator)
+        noise = (
+            2 + self.n_keys + self.n_values + torch.randint(self.n_noise, (batch_size, slots, 2), generator=generator)
+        )
         asked = torch.stack((keys.gather(1, order), values.gather(1, order)), dim=2)  # [b, K, 2]
         region = noise.scatter(1, where[..., None].expand(-1, -1, 2), asked)  # [b, slots, 2]
         head = torch.full((batch_size, pad), BOS)

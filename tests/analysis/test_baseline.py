@@ -8,7 +8,13 @@ import pytest
 from fake_results import config_of, fake_run, results_of
 
 from posenc.analysis.baseline import (
-    BASELINE_COLUMN, Baseline, baseline_section, check_configs, check_fingerprints, check_out, read_baseline,
+    BASELINE_COLUMN,
+    Baseline,
+    baseline_section,
+    check_configs,
+    check_fingerprints,
+    check_out,
+    read_baseline,
     seed_out,
 )
 from posenc.analysis.compare import TABLE_STEM, aggregate
@@ -23,13 +29,21 @@ HIGH, LOW = [1.0] * 8, [1.0, 0.0] * 4
 def _baseline_folder(tmp_path, fingerprint="fp"):
     """A committed comparison of rope and alibi on copy, two seeds, at 64 and 128 (trained at 64)."""
     folder = tmp_path / "base"
-    runs = [fake_run(enc, {64: HIGH, 128: LOW}, seed=s, fingerprint=fingerprint) for enc in ("rope", "alibi")
-            for s in (0, 1)]
+    runs = [
+        fake_run(enc, {64: HIGH, 128: LOW}, seed=s, fingerprint=fingerprint)
+        for enc in ("rope", "alibi")
+        for s in (0, 1)
+    ]
     results = results_of(*runs)
     folder.mkdir()
     write_results(folder, results)
-    write_tables(aggregate(results.__class__(results.evaluations.assign(variant="as trained"), results.sequences,
-                                             results.positions)), folder, TABLE_STEM)
+    write_tables(
+        aggregate(
+            results.__class__(results.evaluations.assign(variant="as trained"), results.sequences, results.positions)
+        ),
+        folder,
+        TABLE_STEM,
+    )
     return folder
 
 
@@ -88,8 +102,11 @@ def test_seed_out_copies_the_baseline_and_marks_its_rows(tmp_path):
 
 
 def _section(tmp_path, new_learned=True):
-    runs = [fake_run(enc, {64: HIGH, 128: LOW if enc == "rope" else HIGH}, seed=s) for enc in ("rope", "mine")
-            for s in (0, 1)]
+    runs = [
+        fake_run(enc, {64: HIGH, 128: LOW if enc == "rope" else HIGH}, seed=s)
+        for enc in ("rope", "mine")
+        for s in (0, 1)
+    ]
     if not new_learned:
         runs = runs[:2] + [fake_run("mine", {64: LOW}, seed=s, learned=False) for s in (0, 1)]
     results = results_of(*runs)

@@ -7,8 +7,6 @@ import math
 from statistics import NormalDist
 
 import numpy as np
-
-from posenc.analysis.compare import sequence_block
 import pytest
 from fake_results import fake_run, results_of
 
@@ -29,6 +27,7 @@ from posenc.analysis.claims import (
     rank_bounds,
     reciprocal_ranks,
 )
+from posenc.analysis.compare import sequence_block
 from posenc.analysis.literature import CLAIMS, claims_for
 from posenc.analysis.stats import group_estimate, paired_difference
 
@@ -47,8 +46,13 @@ class FakeEvidence:
     """Evidence from dicts: ``values[(task, side, length, metric)]`` (a list per seed, or seed -> array),
     ``learned[(task, side)]``; every side with an entry in ``learned`` is trained at ``L``."""
 
-    def __init__(self, values: dict | None = None, learned: dict | None = None, chance: dict | None = None,
-                 same: tuple[frozenset, ...] = ()):
+    def __init__(
+        self,
+        values: dict | None = None,
+        learned: dict | None = None,
+        chance: dict | None = None,
+        same: tuple[frozenset, ...] = (),
+    ):
         self._values, self._learned, self.asked, self._same = values or {}, learned or {}, [], same
         self._chance = {"exact_match": 0.0, "token_accuracy": 1 / 16} if chance is None else chance
 
@@ -151,6 +155,7 @@ def evidence_for(claim: Claim, outcome: str, spread: float = 0.01) -> FakeEviden
 
 # --- the Bonferroni case: one check holds at 95% but not at the claim's level ------------------------------
 
+
 def _borderline_target(claim: Claim):
     """The expectation made borderline: a threshold, or a comparison one rank apart (so that moving the worse
     side up to just below the better one leaves every other expectation with a wide margin)."""
@@ -193,8 +198,10 @@ def bonferroni_evidence(claim: Claim):
             for y in candidates:
                 a, b = ([x] * SEEDS, [y] * SEEDS) if higher else ([y] * SEEDS, [x] * SEEDS)
                 block = sequence_block(claim.task, x.size)  # lm: batch means, as check uses
-                wide, adjusted = (paired_difference(a, b, bounded=higher, block=block),
-                                  paired_difference(a, b, bounded=higher, level=level, block=block))
+                wide, adjusted = (
+                    paired_difference(a, b, bounded=higher, block=block),
+                    paired_difference(a, b, bounded=higher, level=level, block=block),
+                )
                 if wide.low > 0 and not adjusted.low > 0:
                     break
             else:
@@ -256,8 +263,11 @@ def test_every_claim_reaches_every_outcome(claim, case):
         assert len(verdict.checks) == len(claim.expect) * len(claim.windows)
         # a claim of mean ranks: a line of every side's mean reciprocal rank per window, before its links'
         assert len(verdict.details) == len(verdict.checks) + claim.ranked * len(claim.windows)
-        assert claim.comparisons == (len(verdict.checks) if not claim.ranked else
-                                     math.comb(len(claim.sides()), 2) * len(claim.tasks) * len(claim.windows))
+        assert claim.comparisons == (
+            len(verdict.checks)
+            if not claim.ranked
+            else math.comb(len(claim.sides()), 2) * len(claim.tasks) * len(claim.windows)
+        )
         assert f"{100 * (1 - FAMILY_ERROR / claim.comparisons):.3g}%" in verdict.rule
     if case == "at chance" and expected(claim, case) == "not testable" and not claim.untestable_reason:
         assert all("at chance" in c.line for c in verdict.checks)
@@ -361,15 +371,16 @@ A_BEATS_B = (Comparison(A, B),)
 
 def toy(metric: str = "exact_match", expect=A_BEATS_B, windows=(2,)) -> Claim:
     """A made-up claim on copy, at 2× unless told."""
-    return Claim("toy", "Someone et al. 2024, Venue", "A beats B.", "copy", metric, windows, expect,
-                 caveat="a caveat")
+    return Claim("toy", "Someone et al. 2024, Venue", "A beats B.", "copy", metric, windows, expect, caveat="a caveat")
 
 
 def evidence(metric: str, length: int = 2 * L, **by_label: list[np.ndarray]) -> FakeEvidence:
     """Evidence for the toy sides ``a``, ``b``, ``c`` (= b +yarn) and ``d`` at one length, all learned."""
     sides = {"a": A, "b": B, "c": C, "d": D}
-    return FakeEvidence({("copy", sides[k], length, metric): v for k, v in by_label.items()},
-                        {("copy", s): True for s in sides.values()})
+    return FakeEvidence(
+        {("copy", sides[k], length, metric): v for k, v in by_label.items()},
+        {("copy", s): True for s in sides.values()},
+    )
 
 
 GOOD, BAD = [np.ones(N)] * 3, [np.zeros(N)] * 3
@@ -483,18 +494,24 @@ def test_table_evidence_knows_one_checkpoint_under_two_scalings():
     from posenc.analysis.compare import with_depth_means
     from posenc.analysis.evidence import TableEvidence
 
-    runs = [fake_run("rope", {32: [1, 1], 64: [1, 0]}, seed=s, train_length=32, scaling=m)
-            for s in (0, 1) for m in ("none", "yarn")]
+    runs = [
+        fake_run("rope", {32: [1, 1], 64: [1, 0]}, seed=s, train_length=32, scaling=m)
+        for s in (0, 1)
+        for m in ("none", "yarn")
+    ]
     runs += [fake_run("alibi", {32: [1, 1], 64: [1, 0]}, seed=s, train_length=32) for s in (0, 1)]
     ev = TableEvidence(with_depth_means(results_of(*runs)))
     assert ev.same_runs("copy", Side("rope"), Side("rope", "yarn"))
     assert not ev.same_runs("copy", Side("rope"), Side("alibi"))
     assert not ev.same_runs("copy", Side("t5"), Side("rope"))  # no runs
-    assert ev.at_length("copy", Side("rope"), 64, "exact_match").keys() == \
-        ev.at_length("copy", Side("rope", "yarn"), 64, "exact_match").keys()  # keyed alike: run ids
+    assert (
+        ev.at_length("copy", Side("rope"), 64, "exact_match").keys()
+        == ev.at_length("copy", Side("rope", "yarn"), 64, "exact_match").keys()
+    )  # keyed alike: run ids
 
 
 # --- windows ------------------------------------------------------------------------------------------------
+
 
 def test_window_lengths_and_labels():
     past = Window(1, 2)
@@ -520,8 +537,7 @@ def window_evidence(lengths_a, lengths_b, size_b: int = N, spread: float = 1.0) 
     values = {}
     for side, lengths, size, shift in ((A, lengths_a, N, 0.0), (B, lengths_b, size_b, 0.1)):
         for n in lengths:
-            values["copy", side, n, "exact_match"] = {s: window_values(n, s * spread, shift)[:size]
-                                                      for s in (2, 0, 1)}
+            values["copy", side, n, "exact_match"] = {s: window_values(n, s * spread, shift)[:size] for s in (2, 0, 1)}
     return FakeEvidence(values, {("copy", A): True, ("copy", B): True})
 
 
@@ -559,6 +575,7 @@ def test_a_window_without_a_common_length_is_not_testable():
 
 # --- the registry ---------------------------------------------------------------------------------------
 
+
 def test_detail_lines_and_markdown():
     kazemnejad = claims_for({"copy"})[0]
     verdict = check(kazemnejad, evidence_for(kazemnejad, "agrees"))
@@ -575,12 +592,10 @@ def test_detail_lines_and_markdown():
 
 
 def test_untestable_reason_wins():
-    claim = Claim("u", "S 2020, V", "s", "copy", "exact_match", (2,), (Comparison(A, B),),
-                  untestable_reason="why")
+    claim = Claim("u", "S 2020, V", "s", "copy", "exact_match", (2,), (Comparison(A, B),), untestable_reason="why")
     verdict = check(claim, evidence("exact_match", a=GOOD, b=BAD))
     assert (verdict.outcome, verdict.details) == ("not testable", ("why",))
     assert (verdict.checks, verdict.rule) == ((), "")
-
 
 
 def test_a_claim_is_validated_when_it_is_made():
@@ -588,8 +603,6 @@ def test_a_claim_is_validated_when_it_is_made():
         toy("bleu")
     with pytest.raises(ValueError, match="reported_where"):
         Claim("r", "S, V", "s", "copy", "exact_match", (2,), A_BEATS_B, reported=(Reported(A, 0.5),))
-
-
 
 
 NOPE, T5, ALIBI, ROPE, SIN = (Side(e) for e in ("nope", "t5", "alibi", "rope", "sinusoidal"))
@@ -604,8 +617,11 @@ def test_kazemnejad_per_task_tests_the_links_his_matched_numbers_show(task):
     claim = next(c for c in CLAIMS if c.key == f"kazemnejad2023_{task}")
     assert claim.metric == "exact_match" and claim.windows == (Window(1, 2), Window(2, 4))
     paper = {r.side: r.value for r in claim.reported}
-    assert paper == ({NOPE: 0.305, T5: 0.420, ALIBI: 0.331, ROPE: 0.011, SIN: 0.028} if task == "copy"
-                     else {NOPE: 0.230, T5: 0.242, ALIBI: 0.171, ROPE: 0.077, SIN: 0.023})
+    assert paper == (
+        {NOPE: 0.305, T5: 0.420, ALIBI: 0.331, ROPE: 0.011, SIN: 0.028}
+        if task == "copy"
+        else {NOPE: 0.230, T5: 0.242, ALIBI: 0.171, ROPE: 0.077, SIN: 0.023}
+    )
     split = {"copy": "s2s_copy/cmc_tr20_ts40", "reverse": "s2s_reverse/mc_tr20_ts40"}[task]
     assert claim.reported_where.endswith(f"split {split}")
     assert "results/sanity_check.jsonl" in claim.reported_where and "pred/test_acc_overall" in claim.reported_where
@@ -615,8 +631,9 @@ def test_kazemnejad_per_task_tests_the_links_his_matched_numbers_show(task):
     assert ("nope > alibi (0.305 against 0.331)" in claim.caveat) == (task == "copy")
     assert "NoPE ≥ T5 and RoPE ≥ APE are not strict" in claim.caveat
     rows = paper_vs_posenc(claim, evidence_for(claim, "agrees"))
-    assert [r.side for r, _, _ in rows] == list(paper) and all(lengths == tuple(lengths_in(Window(1, 2)))
-                                                             for _, _, lengths in rows)
+    assert [r.side for r, _, _ in rows] == list(paper) and all(
+        lengths == tuple(lengths_in(Window(1, 2))) for _, _, lengths in rows
+    )
     assert rows[0][1].mean > rows[-1][1].mean  # nope (best) over sinusoidal (worst) in the fake evidence
     more = paper_vs_posenc(claim, evidence_for(claim, "agrees"), others=[ROPE, Side("kerple")])
     assert [r.side for r, _, _ in more] == [*paper, Side("kerple")]  # rope once; kerple, not in the paper, after
@@ -630,12 +647,12 @@ def test_kazemnejad_headline_is_a_mean_rank_across_copy_and_reverse():
     claim = CLAIMS[0]
     assert claim.key == "kazemnejad2023_mean_rank" and claim.ranked and claim.tasks == ("copy", "reverse")
     assert claim.metric == "exact_match" and claim.windows == (Window(1, 2),) and not claim.reported
-    assert {(e.better, e.worse) for e in claim.expect} == STRICT and all(isinstance(e, MeanRank)
-                                                                        for e in claim.expect)
+    assert {(e.better, e.worse) for e in claim.expect} == STRICT and all(isinstance(e, MeanRank) for e in claim.expect)
     assert claim.comparisons == 20 and claim.level == pytest.approx(1 - 0.05 / 20)  # 10 pairs x 2 tasks
     assert "t5 0.917, nope 0.528, alibi 0.375, sinusoidal 0.233, rope 0.231" in claim.caveat
-    assert claims_for({"copy"}) == [c for c in CLAIMS if c.key == "kazemnejad2023_copy"] + \
-        [c for c in CLAIMS if c.key == "ruoss2023_copy"]  # a claim across tasks needs every one of them
+    assert claims_for({"copy"}) == [c for c in CLAIMS if c.key == "kazemnejad2023_copy"] + [
+        c for c in CLAIMS if c.key == "ruoss2023_copy"
+    ]  # a claim across tasks needs every one of them
     assert claim in claims_for({"copy", "reverse", "retrieval"})
     bullet = check(claim, evidence_for(claim, "agrees")).markdown()
     assert bullet.startswith("- **agrees** — Kazemnejad et al. 2023 (copy, reverse): Past the training length")
@@ -643,12 +660,13 @@ def test_kazemnejad_headline_is_a_mean_rank_across_copy_and_reverse():
 
 # --- mean ranks across tasks --------------------------------------------------------------------------------
 
+
 def test_reciprocal_ranks_share_ties():
     assert list(reciprocal_ranks([0.3, 0.9, 0.1])) == [0.5, 1.0, pytest.approx(1 / 3)]
     assert list(reciprocal_ranks([0.5, 0.5, 0.1])) == [0.75, 0.75, pytest.approx(1 / 3)]  # (1 + 1/2) / 2
-    assert list(reciprocal_ranks([0.0, 0.2, 0.0, 0.0])) == pytest.approx([(1 / 2 + 1 / 3 + 1 / 4) / 3, 1,
-                                                                            (1 / 2 + 1 / 3 + 1 / 4) / 3,
-                                                                            (1 / 2 + 1 / 3 + 1 / 4) / 3])
+    assert list(reciprocal_ranks([0.0, 0.2, 0.0, 0.0])) == pytest.approx(
+        [(1 / 2 + 1 / 3 + 1 / 4) / 3, 1, (1 / 2 + 1 / 3 + 1 / 4) / 3, (1 / 2 + 1 / 3 + 1 / 4) / 3]
+    )
     assert list(reciprocal_ranks([2.0, 1.0], higher=False)) == [0.5, 1.0]  # a loss: lower is better
 
 
@@ -659,8 +677,7 @@ def test_rank_bounds_run_over_every_ordering_the_ordered_pairs_allow():
     assert (low, high) == (-0.5, 0.5)
     assert rank_bounds(3, frozenset({(0, 1)}), 0, 1) == (pytest.approx(1 / 2 - 1 / 3), 1 - 1 / 3)
     # intervals that contradict one another (a cycle): nothing is known
-    assert rank_bounds(3, frozenset({(0, 1), (1, 2), (2, 0)}), 0, 1) == (pytest.approx(-2 / 3),
-                                                                          pytest.approx(2 / 3))
+    assert rank_bounds(3, frozenset({(0, 1), (1, 2), (2, 0)}), 0, 1) == (pytest.approx(-2 / 3), pytest.approx(2 / 3))
 
 
 X, Y, Z = Side("x"), Side("y"), Side("z")
@@ -668,14 +685,25 @@ X, Y, Z = Side("x"), Side("y"), Side("z")
 
 def rank_toy(*expect: MeanRank) -> Claim:
     """A made-up claim of mean ranks of x, y, z over copy and reverse at 2×."""
-    return Claim("ranks", "Someone et al. 2024, Venue", "x ranks above y.", "copy", "exact_match", (2,),
-                 expect or (MeanRank(X, Y), MeanRank(Y, Z)), more_tasks=("reverse",))
+    return Claim(
+        "ranks",
+        "Someone et al. 2024, Venue",
+        "x ranks above y.",
+        "copy",
+        "exact_match",
+        (2,),
+        expect or (MeanRank(X, Y), MeanRank(Y, Z)),
+        more_tasks=("reverse",),
+    )
 
 
 def ranked_evidence(copy: dict[Side, float], reverse: dict[Side, float]) -> FakeEvidence:
     """Every seed of a side on a task solves the given share of its sequences (the easiest first)."""
-    values = {(task, side, 2 * L, "exact_match"): [(difficulty(2 * L) < share).astype(float)] * SEEDS
-              for task, shares in (("copy", copy), ("reverse", reverse)) for side, share in shares.items()}
+    values = {
+        (task, side, 2 * L, "exact_match"): [(difficulty(2 * L) < share).astype(float)] * SEEDS
+        for task, shares in (("copy", copy), ("reverse", reverse))
+        for side, share in shares.items()
+    }
     return FakeEvidence(values, {(task, side): True for task in ("copy", "reverse") for side in (X, Y, Z)})
 
 
@@ -683,10 +711,14 @@ def test_a_mean_rank_holds_is_contradicted_or_stays_open_by_the_rankings_the_int
     claim = rank_toy()
     verdict = check(claim, ranked_evidence({X: 0.9, Y: 0.5, Z: 0.1}, {X: 0.8, Y: 0.4, Z: 0.0}))
     assert verdict.outcome == "agrees" and [c.state for c in verdict.checks] == [1, 1]
-    assert verdict.details[0] == ("mean reciprocal rank at 2× on copy, reverse (each task ranking the sides' "
-                                  "mean exact match, ties shared): x 1.000, y 0.500, z 0.333")
-    assert verdict.details[1] == "x − y in mean reciprocal rank at 2×: +0.500 [0.500, 0.500] over the rankings " \
-                                 "the intervals allow (holds)"
+    assert verdict.details[0] == (
+        "mean reciprocal rank at 2× on copy, reverse (each task ranking the sides' "
+        "mean exact match, ties shared): x 1.000, y 0.500, z 0.333"
+    )
+    assert (
+        verdict.details[1] == "x − y in mean reciprocal rank at 2×: +0.500 [0.500, 0.500] over the rankings "
+        "the intervals allow (holds)"
+    )
     assert verdict.rule == "Bonferroni over the 6 pairwise intervals the ranks rest on: 99.2% intervals"
     verdict = check(claim, ranked_evidence({X: 0.1, Y: 0.5, Z: 0.9}, {X: 0.0, Y: 0.4, Z: 0.8}))
     assert verdict.outcome == "differs" and [c.state for c in verdict.checks] == [-1, -1]
@@ -724,12 +756,23 @@ def test_two_sides_at_chance_are_not_ordered_even_where_their_paired_interval_ex
     """Token accuracy at its chance level 1/16 against 0.02 below it: neither side above chance, so their
     order is free, as in a comparison (two encoders that both fail say nothing about which is better)."""
     w = Side("w")
-    claim = Claim("ranks", "S, V", "w ranks above x.", "copy", "token_accuracy", (2,),
-                  (MeanRank(Z, w), MeanRank(w, X), MeanRank(X, Y)), more_tasks=("reverse",))
+    claim = Claim(
+        "ranks",
+        "S, V",
+        "w ranks above x.",
+        "copy",
+        "token_accuracy",
+        (2,),
+        (MeanRank(Z, w), MeanRank(w, X), MeanRank(X, Y)),
+        more_tasks=("reverse",),
+    )
     shares = {Z: 0.5, w: 0.3, X: 1 / 16, Y: 0.02}
     many = 10 * N  # enough sequences for the paired interval of x − y to exclude 0
-    values = {(task, side, 2 * L, "token_accuracy"): [np.full(many, share)] * SEEDS
-              for task in ("copy", "reverse") for side, share in shares.items()}
+    values = {
+        (task, side, 2 * L, "token_accuracy"): [np.full(many, share)] * SEEDS
+        for task in ("copy", "reverse")
+        for side, share in shares.items()
+    }
     ev = FakeEvidence(values, {(task, side): True for task in ("copy", "reverse") for side in shares})
     assert paired_difference([np.full(many, 1 / 16)] * 3, [np.full(many, 0.02)] * 3, level=claim.level).low > 0
     verdict = check(claim, ev)
@@ -744,8 +787,7 @@ def test_a_claim_of_mean_ranks_is_validated_and_needs_every_task():
     with pytest.raises(ValueError, match="several tasks"):
         Claim("m", "S, V", "s", "copy", "exact_match", (2,), A_BEATS_B, more_tasks=("reverse",))
     with pytest.raises(ValueError, match="at most 8 sides"):
-        Claim("m", "S, V", "s", "copy", "exact_match", (2,),
-              tuple(MeanRank(A, Side(f"z{i}")) for i in range(8)))
+        Claim("m", "S, V", "s", "copy", "exact_match", (2,), tuple(MeanRank(A, Side(f"z{i}")) for i in range(8)))
     ev = ranked_evidence({X: 0.9, Y: 0.5, Z: 0.1}, {X: 0.8, Y: 0.4, Z: 0.0})
     del ev._learned["reverse", Z]
     assert check(rank_toy(), ev).details == ("z has no runs on reverse",)
@@ -776,6 +818,7 @@ def test_side_label():
 
 # --- posenc.analysis.evidence over the tables ------------------------------------------------------------------------
 
+
 def test_table_evidence_reads_every_length_per_seed_and_knows_chance():
     from posenc.analysis.compare import with_depth_means
     from posenc.analysis.evidence import TableEvidence
@@ -801,16 +844,13 @@ def test_table_evidence_reads_every_length_per_seed_and_knows_chance():
     assert c.lengths == (36, 40, 64) and "over (1×, 2×] (36–64, 3 lengths)" in c.line
 
 
-
-
 def test_loss_change_pairs_each_long_window_with_the_same_text_read_at_the_training_length():
     from posenc.analysis.compare import with_depth_means
     from posenc.analysis.evidence import TableEvidence
 
     # fake_run scores loss = 1 - value; lm windows nest: window i at 8 is windows 2i, 2i+1 at 4
     at_4 = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]  # losses 0.1 ... 0.8
-    runs = [fake_run("rope", {4: at_4, 8: [0.5] * 4, 6: [0.5] * 4}, task="lm", train_length=4, seed=s)
-            for s in (0, 1)]
+    runs = [fake_run("rope", {4: at_4, 8: [0.5] * 4, 6: [0.5] * 4}, task="lm", train_length=4, seed=s) for s in (0, 1)]
     runs.append(fake_run("rope", {4: at_4, 8: [0.5] * 4}, task="copy", train_length=4))
     ev = TableEvidence(with_depth_means(results_of(*runs)))
     per_seed = ev.at_length("lm", Side("rope"), 8, "loss_change")
@@ -824,8 +864,9 @@ def test_loss_change_pairs_each_long_window_with_the_same_text_read_at_the_train
     assert math.isnan(ev.chance("lm", "loss_change"))
 
 
-@pytest.mark.parametrize(("a_grows", "b_grows", "outcome"), [
-    (0.0, 0.3, "agrees"), (0.3, 0.0, "differs"), (0.1, 0.1, "inconclusive")])
+@pytest.mark.parametrize(
+    ("a_grows", "b_grows", "outcome"), [(0.0, 0.3, "agrees"), (0.3, 0.0, "differs"), (0.1, 0.1, "inconclusive")]
+)
 def test_a_claim_on_loss_change_is_decided_by_the_growth_not_by_the_loss_at_l(a_grows, b_grows, outcome):
     """Side a learned worse at L (loss 0.5 higher there) but the claim is on how loss moves past L."""
     from posenc.analysis.compare import with_depth_means
@@ -836,8 +877,9 @@ def test_a_claim_on_loss_change_is_decided_by_the_growth_not_by_the_loss_at_l(a_
         for seed in range(3):
             loss_l = 0.4 + worse_at_l + rng.normal(0, 0.05, 400)  # per window at L = 8
             loss_2l = loss_l.reshape(200, 2).mean(axis=1) + grows + rng.normal(0, 0.01, 200)
-            runs.append(fake_run(side, {8: list(1 - loss_l), 16: list(1 - loss_2l)}, task="lm",
-                                 train_length=8, seed=seed))
+            runs.append(
+                fake_run(side, {8: list(1 - loss_l), 16: list(1 - loss_2l)}, task="lm", train_length=8, seed=seed)
+            )
     claim = Claim("toy_lm", "Someone et al. 2024, Venue", "A beats B.", "lm", "loss_change", (2,), A_BEATS_B)
     assert check(claim, TableEvidence(with_depth_means(results_of(*runs)))).outcome == outcome
     raw = Claim("toy_lm", "Someone et al. 2024, Venue", "A beats B.", "lm", "loss", (2,), A_BEATS_B)
@@ -862,8 +904,11 @@ def mixer_run(mixer: str, encoder: str, values: dict, **kwargs):
     config = {**json.loads(run.evaluations["config"].iloc[0]), "seed": kwargs.get("seed", 0)}
     config["model"]["mixer"] = mixer
     new = run_identity(config)
-    return Results(run.evaluations.assign(run_id=new.run_id, config_id=new.config_id, config=new.config),
-                   run.sequences.assign(run_id=new.run_id), run.positions.assign(run_id=new.run_id))
+    return Results(
+        run.evaluations.assign(run_id=new.run_id, config_id=new.config_id, config=new.config),
+        run.sequences.assign(run_id=new.run_id),
+        run.positions.assign(run_id=new.run_id),
+    )
 
 
 def retrieval_table(rope, alibi, base_conv=None, nope=None, base_conv_learned=False):
@@ -874,11 +919,17 @@ def retrieval_table(rope, alibi, base_conv=None, nope=None, base_conv_learned=Fa
     def runs(encoder, values, mixer="attention", learned=True):
         if values is None:
             return []
-        return [mixer_run(mixer, encoder, {L: list(values)}, task="retrieval", seed=s, train_length=L,
-                          learned=learned) for s in range(SEEDS)]
+        return [
+            mixer_run(mixer, encoder, {L: list(values)}, task="retrieval", seed=s, train_length=L, learned=learned)
+            for s in range(SEEDS)
+        ]
 
-    parts = [*runs("rope", rope), *runs("alibi", alibi), *runs("nope", nope),
-             *runs("nope", base_conv, "base_conv", base_conv_learned)]
+    parts = [
+        *runs("rope", rope),
+        *runs("alibi", alibi),
+        *runs("nope", nope),
+        *runs("nope", base_conv, "base_conv", base_conv_learned),
+    ]
     return with_depth_means(results_of(*parts))
 
 
@@ -886,13 +937,16 @@ SOLVED, THIRD = np.ones(N), (difficulty(L) < 1 / 3).astype(float)
 HALF, NOTHING = (difficulty(L) < 0.5).astype(float), np.zeros(N)
 
 
-@pytest.mark.parametrize("outcome, tables", [
-    ("agrees", dict(rope=SOLVED, alibi=SOLVED, base_conv=THIRD)),  # BaseConv did not learn: evidence, as here
-    ("differs", dict(rope=HALF, alibi=SOLVED, base_conv=SOLVED, base_conv_learned=True)),
-    ("inconclusive", dict(rope=HALF, alibi=SOLVED, base_conv=HALF)),  # rope ties BaseConv: open
-    ("not testable", dict(rope=SOLVED, alibi=SOLVED)),  # no BaseConv runs: the state of every committed table
-    ("not testable", dict(rope=NOTHING, alibi=NOTHING, base_conv=NOTHING)),  # all at chance
-])
+@pytest.mark.parametrize(
+    "outcome, tables",
+    [
+        ("agrees", dict(rope=SOLVED, alibi=SOLVED, base_conv=THIRD)),  # BaseConv did not learn: evidence, as here
+        ("differs", dict(rope=HALF, alibi=SOLVED, base_conv=SOLVED, base_conv_learned=True)),
+        ("inconclusive", dict(rope=HALF, alibi=SOLVED, base_conv=HALF)),  # rope ties BaseConv: open
+        ("not testable", dict(rope=SOLVED, alibi=SOLVED)),  # no BaseConv runs: the state of every committed table
+        ("not testable", dict(rope=NOTHING, alibi=NOTHING, base_conv=NOTHING)),  # all at chance
+    ],
+)
 def test_zoology_mixers_reaches_every_outcome_from_tables(outcome, tables):
     """Beside NoPE attention runs, as in the headline comparison."""
     from posenc.analysis.evidence import TableEvidence

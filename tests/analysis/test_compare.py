@@ -13,19 +13,20 @@ import pytest
 from conftest import LEARNS, TINY, posenc_cli
 from fake_results import fake_run, results_of
 
-from posenc.tasks import TASKS
-
 from posenc.analysis.compare import aggregate, cell, held_back, labels, pivot, steps_table, variants, with_depth_means
-from posenc.running.extrapolate import default_lengths, doubling_lengths
 from posenc.analysis.report import same_report
 from posenc.analysis.stats import Z95, group_estimate
+from posenc.running.extrapolate import default_lengths, doubling_lengths
+from posenc.tasks import TASKS
 
 
 def _row(comparison, **where):
     mask = np.ones(len(comparison), dtype=bool)
     for key, value in where.items():
         column = comparison[key]
-        mask &= column.isna().to_numpy() if isinstance(value, float) and math.isnan(value) else (column == value).to_numpy()
+        mask &= (
+            column.isna().to_numpy() if isinstance(value, float) and math.isnan(value) else (column == value).to_numpy()
+        )
     rows = comparison[mask]
     assert len(rows) == 1, rows
     return rows.iloc[0]
@@ -76,9 +77,11 @@ def test_mixed_sweeps_are_never_pooled():
 
 
 def test_configurations_differing_in_several_keys_name_all_of_them():
-    results = results_of(fake_run("rope", {64: [1]}, steps=300, lr=0.01),
-                         fake_run("rope", {64: [0]}, steps=3000, lr=0.001),
-                         fake_run("rope", {64: [1]}, seed=1, steps=3000, lr=0.001))
+    results = results_of(
+        fake_run("rope", {64: [1]}, steps=300, lr=0.01),
+        fake_run("rope", {64: [0]}, steps=3000, lr=0.001),
+        fake_run("rope", {64: [1]}, seed=1, steps=3000, lr=0.001),
+    )
     comparison = aggregate(results)
     assert sorted(comparison["variant"]) == ["train.lr=0.001,train.steps=3000", "train.lr=0.01,train.steps=300"]
     assert sorted(comparison["n_seeds"]) == [1, 2]
@@ -104,10 +107,12 @@ def test_intervals_stay_inside_0_1_and_are_never_zero_width_for_shares():
 
 def test_not_learned_groups_show_their_in_distribution_value_and_nothing_past_it():
     # seed 0 did not learn (a check once met the target, the final one did not: its steps do not count)
-    runs = [fake_run("rope", {64: [1, 1, 0, 0], 128: [1, 1, 1, 1]}, seed=0, learned=False, steps_to_learn=50.0),
-            fake_run("rope", {64: [1, 1, 1, 1], 128: [1, 1, 1, 1]}, seed=1, steps_to_learn=200.0),
-            fake_run("alibi", {64: [1, 1, 1, 1], 128: [0, 0, 1, 1]}, seed=0, steps_to_learn=300.0),
-            fake_run("alibi", {64: [1, 1, 1, 1], 128: [0, 0, 1, 1]}, seed=1, steps_to_learn=500.0)]
+    runs = [
+        fake_run("rope", {64: [1, 1, 0, 0], 128: [1, 1, 1, 1]}, seed=0, learned=False, steps_to_learn=50.0),
+        fake_run("rope", {64: [1, 1, 1, 1], 128: [1, 1, 1, 1]}, seed=1, steps_to_learn=200.0),
+        fake_run("alibi", {64: [1, 1, 1, 1], 128: [0, 0, 1, 1]}, seed=0, steps_to_learn=300.0),
+        fake_run("alibi", {64: [1, 1, 1, 1], 128: [0, 0, 1, 1]}, seed=1, steps_to_learn=500.0),
+    ]
     comparison = aggregate(results_of(*runs))
     rope_1x, rope_2x = (_row(comparison, encoder="rope", eval_length=n) for n in (64, 128))
     assert not rope_1x["learned"] and rope_1x["n_learned"] == 1 and rope_1x["n_seeds"] == 2
@@ -128,22 +133,26 @@ def test_not_learned_groups_show_their_in_distribution_value_and_nothing_past_it
 def test_an_lm_group_that_did_not_converge_is_shown_at_every_length_and_marked_once():
     # lm has no mastery criterion: learned means converged (task_facts.converged); such a group is still a
     # language model, so its values are compared past L; only the literature checks hold it back
-    runs = [fake_run("rope", {64: [0.5, 0.5], 128: [0.4, 0.4]}, task="lm", seed=0, learned=False,
-                     steps_to_learn=None),
-            fake_run("rope", {64: [0.5, 0.5], 128: [0.4, 0.4]}, task="lm", seed=1, steps_to_learn=None)]
+    runs = [
+        fake_run("rope", {64: [0.5, 0.5], 128: [0.4, 0.4]}, task="lm", seed=0, learned=False, steps_to_learn=None),
+        fake_run("rope", {64: [0.5, 0.5], 128: [0.4, 0.4]}, task="lm", seed=1, steps_to_learn=None),
+    ]
     comparison = aggregate(results_of(*runs))
     at_l, at_2l = (_row(comparison, encoder="rope", eval_length=n) for n in (64, 128))
     assert not at_l["learned"] and (at_l["n_learned"], at_l["n_trained"]) == (1, 2)
     assert cell(at_l, "token_accuracy").startswith("0.500 [") and cell(at_l, "token_accuracy").endswith(
-        "(converged: 1/2 seeds)")
+        "(converged: 1/2 seeds)"
+    )
     assert cell(at_2l, "token_accuracy").startswith("0.400 [") and "not" not in cell(at_2l, "token_accuracy")
     assert not held_back(False, "lm") and held_back(False, "copy") and not held_back(True, "copy")
 
 
 def test_mastery_belongs_to_the_configuration_not_to_the_length():
     # as compare evaluates them: the seed that did not learn only at its training length, the other everywhere
-    runs = [fake_run("rope", {64: [1, 1, 0, 0]}, seed=0, learned=False, steps_to_learn=None),
-            fake_run("rope", {64: [1, 1, 1, 1], 128: [1, 1, 1, 1]}, seed=1, steps_to_learn=200.0)]
+    runs = [
+        fake_run("rope", {64: [1, 1, 0, 0]}, seed=0, learned=False, steps_to_learn=None),
+        fake_run("rope", {64: [1, 1, 1, 1], 128: [1, 1, 1, 1]}, seed=1, steps_to_learn=200.0),
+    ]
     comparison = aggregate(results_of(*runs))
     twice = _row(comparison, encoder="rope", eval_length=128)
     assert twice["n_seeds"] == 1 and (twice["n_learned"], twice["n_trained"]) == (1, 2)
@@ -152,26 +161,35 @@ def test_mastery_belongs_to_the_configuration_not_to_the_length():
 
 def test_rows_without_a_value_and_scalings_and_depths_are_groups_of_their_own():
     note = "learned position table has 64 positions"
-    runs = [fake_run("learned", {64: [1, 1], 128: []}, note={128: note}),
-            fake_run("rope", {64: [1, 1], 128: [0, 1]}), fake_run("rope", {128: [1, 1]}, scaling="yarn"),
-            fake_run("rope", {128: [0, 0]}, scaling="ntk:4")]
+    runs = [
+        fake_run("learned", {64: [1, 1], 128: []}, note={128: note}),
+        fake_run("rope", {64: [1, 1], 128: [0, 1]}),
+        fake_run("rope", {128: [1, 1]}, scaling="yarn"),
+        fake_run("rope", {128: [0, 0]}, scaling="ntk:4"),
+    ]
     comparison = aggregate(results_of(*runs))
     nan_row = _row(comparison, encoder="learned", eval_length=128)
     assert math.isnan(nan_row["exact_match_mean"]) and nan_row["n_sequences"] == 0 and nan_row["note"] == note
     assert cell(nan_row, "exact_match") == "—"
     assert sorted(labels(comparison[comparison["eval_length"] == 128])) == [
-        "learned", "rope", "rope +ntk:4", "rope +yarn"]
+        "learned",
+        "rope",
+        "rope +ntk:4",
+        "rope +yarn",
+    ]
     assert _row(comparison, encoder="rope", scaling="yarn")["exact_match_mean"] == 1.0
     passkey = aggregate(fake_run("alibi", {64: [1]}, task="passkey", depth=0.25))
     assert list(labels(passkey)) == ["alibi @depth 0.25", "alibi"]  # and the mean over depths
 
 
 def test_depth_rows_get_a_mean_over_depths_per_sequence():
-    runs = [fake_run("rope", {64: [1, 1, 0]}, task="passkey", depth=0.0, seed=0),
-            fake_run("rope", {64: [0, 1, 0]}, task="passkey", depth=1.0, seed=0),
-            fake_run("rope", {64: [1, 0, 0]}, task="passkey", depth=0.0, seed=1),
-            fake_run("rope", {64: [1, 0, 0]}, task="passkey", depth=1.0, seed=1),
-            fake_run("rope", {64: [1, 1, 1]})]  # copy: no depths, left alone
+    runs = [
+        fake_run("rope", {64: [1, 1, 0]}, task="passkey", depth=0.0, seed=0),
+        fake_run("rope", {64: [0, 1, 0]}, task="passkey", depth=1.0, seed=0),
+        fake_run("rope", {64: [1, 0, 0]}, task="passkey", depth=0.0, seed=1),
+        fake_run("rope", {64: [1, 0, 0]}, task="passkey", depth=1.0, seed=1),
+        fake_run("rope", {64: [1, 1, 1]}),
+    ]  # copy: no depths, left alone
     results = results_of(*runs)
     means = with_depth_means(results)
     ev, seq = means.evaluations, means.sequences
@@ -189,8 +207,27 @@ def test_depth_rows_get_a_mean_over_depths_per_sequence():
 
 
 def test_default_lengths_step_finely_to_twice_the_training_length_then_double():
-    assert default_lengths(32, 8192, variable=True) == [8, 16, 24, 32, 36, 40, 44, 48, 52, 56, 60, 64,
-                                                         128, 256, 512, 1024, 2048, 4096, 8192]
+    assert default_lengths(32, 8192, variable=True) == [
+        8,
+        16,
+        24,
+        32,
+        36,
+        40,
+        44,
+        48,
+        52,
+        56,
+        60,
+        64,
+        128,
+        256,
+        512,
+        1024,
+        2048,
+        4096,
+        8192,
+    ]
     assert default_lengths(32, 256) == [32, 36, 40, 44, 48, 52, 56, 60, 64, 128, 256]  # fixed: none below L
     assert default_lengths(100, 50) == [100]  # up_to below the training length: the training length alone
 
@@ -217,9 +254,19 @@ def test_compare_evaluates_once_then_reuses(trained_runs: Path, tmp_path):
     lengths = default_lengths(16, 64)  # 16, every 2 to 32 (L/8 steps to 2L), then 64
     assert lengths == [16, 18, 20, 22, 24, 26, 28, 30, 32, 64]
     assert f"{2 * len(lengths)} new evaluations" in first.stderr  # 2 runs x those lengths
-    for name in ["comparison.csv", "comparison.parquet", "comparison.md", "extrapolation.parquet", "report.md",
-                 "sequences.parquet", "positions.parquet", "copy_exact_match.png", "copy_exact_match.svg",
-                 "copy_token_accuracy.png", "copy_loss.svg"]:
+    for name in [
+        "comparison.csv",
+        "comparison.parquet",
+        "comparison.md",
+        "extrapolation.parquet",
+        "report.md",
+        "sequences.parquet",
+        "positions.parquet",
+        "copy_exact_match.png",
+        "copy_exact_match.svg",
+        "copy_token_accuracy.png",
+        "copy_loss.svg",
+    ]:
         assert (out / name).stat().st_size > 0, name
     comparison = pd.read_parquet(out / "comparison.parquet")
     assert sorted(set(comparison["encoder"])) == ["learned", "rope"]
@@ -242,9 +289,12 @@ def test_compare_evaluates_once_then_reuses(trained_runs: Path, tmp_path):
 
 
 def test_compare_refuses_bad_input_in_one_line(tmp_path):
-    for args, needle in [(["--runs", str(tmp_path / "missing")], "missing"),
-                         (["--lengths", "0,64"], "--lengths"), (["--up-to", "-5"], "--lengths"),
-                         (["--lengths", "6²"], "--lengths")]:
+    for args, needle in [
+        (["--runs", str(tmp_path / "missing")], "missing"),
+        (["--lengths", "0,64"], "--lengths"),
+        (["--up-to", "-5"], "--lengths"),
+        (["--lengths", "6²"], "--lengths"),
+    ]:
         result = posenc_cli("compare", *args, "--out", str(tmp_path / "o"), cwd=tmp_path)
         assert result.returncode == 2 and needle in result.stderr, result.stderr
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
@@ -253,9 +303,15 @@ def test_compare_refuses_bad_input_in_one_line(tmp_path):
 def test_two_compares_writing_at_once_lose_nothing(trained_runs: Path, tmp_path):
     out = tmp_path / "shared"
     env_args = [("--lengths", "16,32"), ("--lengths", "64,128")]
-    procs = [subprocess.Popen([sys.executable, "-m", "posenc", "compare", "--runs", str(trained_runs), *args,
-                               "--out", str(out)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for args in env_args]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "posenc", "compare", "--runs", str(trained_runs), *args, "--out", str(out)],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for args in env_args
+    ]
     for proc in procs:
         assert proc.wait(timeout=300) == 0, proc.stderr.read().decode()
     table = pd.read_parquet(out / "extrapolation.parquet")
@@ -271,8 +327,17 @@ def two_budgets(trained_runs: Path, tmp_path_factory) -> Path:
     candidates for `--choose train.steps` (trained once per module; tests copy it)."""
     root = tmp_path_factory.mktemp("two_budgets")
     sweep = root / "other"
-    result = posenc_cli("train", "-m", "encoder=rope", *TINY, *LEARNS, "train.steps=6",
-                        f"hydra.sweep.dir={sweep}", cwd=root, learns=True)
+    result = posenc_cli(
+        "train",
+        "-m",
+        "encoder=rope",
+        *TINY,
+        *LEARNS,
+        "train.steps=6",
+        f"hydra.sweep.dir={sweep}",
+        cwd=root,
+        learns=True,
+    )
     assert result.returncode == 0, result.stderr
     shutil.copytree(trained_runs, root / "runs" / "a")
     shutil.copytree(sweep, root / "runs" / "b")
@@ -284,8 +349,9 @@ def test_compare_pools_nothing_across_configurations_end_to_end(two_budgets: Pat
     runs = tmp_path / "runs"
     shutil.copytree(two_budgets, runs)
     out = tmp_path / "cmp"
-    result = posenc_cli("compare", "--runs", str(runs), "--lengths", "16", "--sequences", "4", "--out", str(out),
-                        cwd=tmp_path)
+    result = posenc_cli(
+        "compare", "--runs", str(runs), "--lengths", "16", "--sequences", "4", "--out", str(out), cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     comparison = pd.read_parquet(out / "comparison.parquet")
     rope = comparison[comparison["encoder"] == "rope"]
@@ -296,8 +362,20 @@ def test_compare_pools_nothing_across_configurations_end_to_end(two_budgets: Pat
     # --choose: the two budgets are candidates of one configuration; both learned, so one of them (fewer
     # steps to learn, then the value sorting first) is compared, and the learned encoder has no choice.
     chosen = tmp_path / "chosen"
-    result = posenc_cli("compare", "--runs", str(runs), "--lengths", "16", "--sequences", "4", "--out",
-                        str(chosen), "--choose", "train.steps", cwd=tmp_path)
+    result = posenc_cli(
+        "compare",
+        "--runs",
+        str(runs),
+        "--lengths",
+        "16",
+        "--sequences",
+        "4",
+        "--out",
+        str(chosen),
+        "--choose",
+        "train.steps",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     rope = pd.read_parquet(chosen / "comparison.parquet").query("encoder == 'rope'")
     assert list(rope["variant"]) == [""] and (pd.read_parquet(chosen / "choices.parquet")["chosen"].sum() == 2)
@@ -305,8 +383,9 @@ def test_compare_pools_nothing_across_configurations_end_to_end(two_budgets: Pat
     assert "## Runs compared: `train.steps` chosen per configuration" in report
     regenerated = posenc_cli("report", str(chosen), cwd=tmp_path)
     assert regenerated.returncode == 0 and same_report(report, (chosen / "report.md").read_text())
-    again = posenc_cli("compare", "--runs", str(runs), "--lengths", "16", "--sequences", "4", "--out", str(chosen),
-                       cwd=tmp_path)  # without --choose: the old choice is not this comparison's
+    again = posenc_cli(
+        "compare", "--runs", str(runs), "--lengths", "16", "--sequences", "4", "--out", str(chosen), cwd=tmp_path
+    )  # without --choose: the old choice is not this comparison's
     assert again.returncode == 0 and not list(chosen.glob("choices.*"))
     assert "Runs compared" not in (chosen / "report.md").read_text()
 
@@ -328,12 +407,18 @@ def test_compare_extend_keeps_runs_trained_elsewhere(trained_runs: Path, tmp_pat
     assert extended.returncode == 0, extended.stderr
     comparison = pd.read_parquet(out / "comparison.parquet")
     assert sorted(set(comparison["encoder"])) == ["learned", "rope"] and len(comparison) == 4
-    longer = posenc_cli("compare", "--runs", learned, "--lengths", "64", "--sequences", "4", "--out", str(out),
-                        "--extend", cwd=tmp_path)  # the comparison keeps 16 and 32 and gains 64
+    longer = posenc_cli(
+        "compare", "--runs", learned, "--lengths", "64", "--sequences", "4", "--out", str(out), "--extend", cwd=tmp_path
+    )  # the comparison keeps 16 and 32 and gains 64
     assert longer.returncode == 0, longer.stderr
     comparison = pd.read_parquet(out / "comparison.parquet")
     assert sorted(zip(comparison["encoder"], comparison["eval_length"])) == [
-        ("learned", 16), ("learned", 32), ("learned", 64), ("rope", 16), ("rope", 32)]
+        ("learned", 16),
+        ("learned", 32),
+        ("learned", 64),
+        ("rope", 16),
+        ("rope", 32),
+    ]
     assert "rope" in (out / "report.md").read_text() and "learned" in (out / "report.md").read_text()
     assert posenc_cli("runs", "--runs", learned, "--out", str(out), "--extend", cwd=tmp_path).returncode == 0
     assert sorted(pd.read_parquet(out / "training.parquet")["encoder"]) == ["learned", "rope"]
@@ -345,8 +430,9 @@ def test_compare_extend_keeps_runs_trained_elsewhere(trained_runs: Path, tmp_pat
     assert posenc_cli("runs", "--runs", learned, "--out", str(out), cwd=tmp_path).returncode == 0
     assert list(pd.read_parquet(out / "training.parquet")["encoder"]) == ["learned"]
 
-    nothing = posenc_cli("compare", "--runs", learned, "--lengths", "16", "--out", str(tmp_path / "new"), "--extend",
-                         cwd=tmp_path)
+    nothing = posenc_cli(
+        "compare", "--runs", learned, "--lengths", "16", "--out", str(tmp_path / "new"), "--extend", cwd=tmp_path
+    )
     assert nothing.returncode == 2 and "no comparison to extend" in nothing.stderr
     assert "Traceback" not in nothing.stderr and len(nothing.stderr.strip().splitlines()) == 1
 
@@ -360,13 +446,27 @@ def test_compare_with_rope_scaling_passkey_depths_and_lm_perplexity(tmp_path):
         (corpus / f"t{i}.txt").write_text(f"def f{i}(x):\n    return x * {i}\n" * 40)
     sweep = tmp_path / "sweep"
     common = [*TINY, *LEARNS, f"hydra.sweep.dir={sweep}"]
-    for args in (["encoder=rope,alibi", "task=passkey"],
-                 ["encoder=rope", "task=lm", f"task.corpus={corpus}", "task.pattern=*.txt"]):
+    for args in (
+        ["encoder=rope,alibi", "task=passkey"],
+        ["encoder=rope", "task=lm", f"task.corpus={corpus}", "task.pattern=*.txt"],
+    ):
         result = posenc_cli("train", "-m", *common, *args, cwd=tmp_path, learns=True)  # args override TINY
         assert result.returncode == 0, result.stderr
     out = tmp_path / "cmp"
-    result = posenc_cli("compare", "--runs", str(sweep), "--lengths", "16,32", "--rope-scaling", "none,yarn",
-                        "--sequences", "4", "--out", str(out), cwd=tmp_path)
+    result = posenc_cli(
+        "compare",
+        "--runs",
+        str(sweep),
+        "--lengths",
+        "16,32",
+        "--rope-scaling",
+        "none,yarn",
+        "--sequences",
+        "4",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert "note: --rope-scaling applies to rotary encoders only; evaluated as trained: alibi" in result.stderr
     table = pd.read_parquet(out / "extrapolation.parquet")
@@ -379,14 +479,23 @@ def test_compare_with_rope_scaling_passkey_depths_and_lm_perplexity(tmp_path):
     lm = table[table["task"] == "lm"]
     assert lm["depth"].isna().all() and (lm["perplexity"] > 1).all() and lm["learned"].all()
     comparison = pd.read_parquet(out / "comparison.parquet")
-    rope = comparison[(comparison["task"] == "passkey") & (comparison["encoder"] == "rope")
-                      & (comparison["scaling"] == "none") & (comparison["eval_length"] == 32)]
+    rope = comparison[
+        (comparison["task"] == "passkey")
+        & (comparison["encoder"] == "rope")
+        & (comparison["scaling"] == "none")
+        & (comparison["eval_length"] == 32)
+    ]
     overall = rope[rope["depth"].isna()]  # the score over all depths, next to one row per depth
     assert len(rope) == 6 and len(overall) == 1
     by_depth = rope.loc[rope["depth"].notna(), "token_accuracy_mean"]
     assert overall["token_accuracy_mean"].iloc[0] == pytest.approx(by_depth.mean())
-    for name in ["lm_perplexity.png", "lm_rope_scaling_perplexity.svg", "passkey_exact_match.png",
-                 "passkey_rope_scaling_exact_match.png", "passkey_exact_match_by_depth.png"]:
+    for name in [
+        "lm_perplexity.png",
+        "lm_rope_scaling_perplexity.svg",
+        "passkey_exact_match.png",
+        "passkey_rope_scaling_exact_match.png",
+        "passkey_exact_match_by_depth.png",
+    ]:
         assert (out / name).stat().st_size > 0, name
     report = (out / "report.md").read_text()
     assert "### lm: RoPE context extension at evaluation" in report and "rope +yarn" in report

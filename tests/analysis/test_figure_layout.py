@@ -33,6 +33,7 @@ PLOT_SHARE = 0.5  # of the figure's width, at least, for the axes of a one-panel
 
 # -- what is checked ---------------------------------------------------------------------------------------
 
+
 def _renderer(fig):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -55,8 +56,13 @@ def _texts(fig, renderer) -> list:
     """Every text ``fig`` draws: titles, labels, captions, annotations, legend entries, drawn tick labels."""
     from matplotlib.text import Text
 
-    ticks = {id(t) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
-             for tick in axis.get_major_ticks() + axis.get_minor_ticks() for t in (tick.label1, tick.label2)}
+    ticks = {
+        id(t)
+        for ax in fig.axes
+        for axis in (ax.xaxis, ax.yaxis)
+        for tick in axis.get_major_ticks() + axis.get_minor_ticks()
+        for t in (tick.label1, tick.label2)
+    }
     texts = []
     for text in fig.findobj(lambda artist: isinstance(artist, Text)):
         if id(text) in ticks or not text.get_visible() or not text.get_text().strip():
@@ -91,16 +97,20 @@ def problems(fig) -> list[str]:
     for ax in (a for a in fig.axes if a.get_visible()):
         for axis in (ax.xaxis, ax.yaxis):
             boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in _tick_labels(axis)]
-            found += [f"tick labels {a!r} and {b!r} overlap" for (a, one), (b, two) in
-                      itertools.combinations(boxes, 2) if _overlap(one, two)]
+            found += [
+                f"tick labels {a!r} and {b!r} overlap"
+                for (a, one), (b, two) in itertools.combinations(boxes, 2)
+                if _overlap(one, two)
+            ]
     for legend, owner in _legends(fig):
         box = legend.get_window_extent(renderer)
         outside = owner is None or not _overlap(box, owner.bbox)  # placed beside its axes (all of plots.py's)
         for ax in (a for a in fig.axes if a.get_visible()):
             if (ax is not owner or outside) and _overlap(box, ax.bbox):
                 found.append(f"a legend covers the plot of {ax.get_title()!r}")
-        found += [f"legend name too long: {t.get_text()!r}" for t in legend.get_texts()
-                  if len(t.get_text()) > LONGEST_NAME]
+        found += [
+            f"legend name too long: {t.get_text()!r}" for t in legend.get_texts() if len(t.get_text()) > LONGEST_NAME
+        ]
     return found
 
 
@@ -128,8 +138,10 @@ def drawn(monkeypatch):
 
 # -- made-up tables ----------------------------------------------------------------------------------------
 
-def _mixer_run(encoder: str, values: dict[int, list[float]], mixer: str | None = None, seed: int = 0,
-               **train) -> Results:
+
+def _mixer_run(
+    encoder: str, values: dict[int, list[float]], mixer: str | None = None, seed: int = 0, **train
+) -> Results:
     """fake_run's run, its model mixing tokens with ``mixer`` (model.mixer) where given."""
     run = fake_run(encoder, values, seed=seed, task="retrieval", **train)
     if mixer is None:
@@ -159,8 +171,13 @@ def test_a_model_without_positional_encoding_is_labelled_by_its_mixer():
     stays "nope", and only what differs within one mixer is a variant."""
     results = _zoology(long_keys=False)
     ev = results.evaluations.assign(variant=variants(results.evaluations))
-    assert sorted(set(labels(ev))) == ["base_conv [train.lr=0.001]", "base_conv [train.lr=0.003]", "nope",
-                                       "rope [train.steps=3000]", "rope [train.steps=300]"]
+    assert sorted(set(labels(ev))) == [
+        "base_conv [train.lr=0.001]",
+        "base_conv [train.lr=0.003]",
+        "nope",
+        "rope [train.steps=3000]",
+        "rope [train.steps=300]",
+    ]
     alibi_conv = _mixer_run("alibi", {64: [1]}, "base_conv").evaluations
     assert list(labels(alibi_conv.assign(variant=variants(alibi_conv)))) == ["alibi base_conv"]
 
@@ -183,11 +200,18 @@ def test_report_figures_name_configurations_shortly_and_fit(drawn, tmp_path):
         if len(fig.axes) == 1:
             assert fig.axes[0].bbox.width >= PLOT_SHARE * fig.bbox.width, f"{stem}: the legend squeezed the plot"
     caption = stems["retrieval_exact_match"]._supxlabel.get_text().replace("\n", " ")
-    assert caption == ("configurations: rope #1: train.check_every=100,train.steps=3000,train.target_exact_match="
-                       "0.95; rope #2: train.check_every=None,train.steps=300,train.target_exact_match=None")
+    assert caption == (
+        "configurations: rope #1: train.check_every=100,train.steps=3000,train.target_exact_match="
+        "0.95; rope #2: train.check_every=None,train.steps=300,train.target_exact_match=None"
+    )
     names = [t.get_text() for t in stems["retrieval_exact_match"].axes[0].get_legend().get_texts()]
-    assert sorted(names) == ["base_conv [train.lr=0.001]", "base_conv [train.lr=0.003]", "nope", "rope #1",
-                             "rope #2"]  # a short difference is kept whole
+    assert sorted(names) == [
+        "base_conv [train.lr=0.001]",
+        "base_conv [train.lr=0.003]",
+        "nope",
+        "rope #1",
+        "rope #2",
+    ]  # a short difference is kept whole
     rows = [t.get_text() for t in stems["steps_to_learn"].axes[0].get_yticklabels()]
     assert sorted(rows) == sorted(names)
 
@@ -196,13 +220,27 @@ def test_short_names_number_each_long_configuration_once():
     """A name whose configurations make long labels is numbered (all of its configurations, so that they read
     alike; the same number with or without a scaling method); a short difference stays whole."""
     one, two = "task.min_length=32,train.lr=0.003", "task.min_length=None,train.lr=0.001"
-    names = [f"nope [{one}]", f"nope [{one}] +yarn", f"nope [{two}]", "nope [x=1]", "rope", "rope +yarn @depth 0.5",
-             "t5 [encoder.max_distance=128]", "t5 [encoder.max_distance=None]"]
+    names = [
+        f"nope [{one}]",
+        f"nope [{one}] +yarn",
+        f"nope [{two}]",
+        "nope [x=1]",
+        "rope",
+        "rope +yarn @depth 0.5",
+        "t5 [encoder.max_distance=128]",
+        "t5 [encoder.max_distance=None]",
+    ]
     short, caption = plots.short_names(names)
-    assert short == {f"nope [{one}]": "nope #1", f"nope [{one}] +yarn": "nope #1 +yarn", f"nope [{two}]": "nope #2",
-                     "nope [x=1]": "nope #3", "rope": "rope", "rope +yarn @depth 0.5": "rope +yarn @depth 0.5",
-                     "t5 [encoder.max_distance=128]": "t5 [encoder.max_distance=128]",
-                     "t5 [encoder.max_distance=None]": "t5 [encoder.max_distance=None]"}
+    assert short == {
+        f"nope [{one}]": "nope #1",
+        f"nope [{one}] +yarn": "nope #1 +yarn",
+        f"nope [{two}]": "nope #2",
+        "nope [x=1]": "nope #3",
+        "rope": "rope",
+        "rope +yarn @depth 0.5": "rope +yarn @depth 0.5",
+        "t5 [encoder.max_distance=128]": "t5 [encoder.max_distance=128]",
+        "t5 [encoder.max_distance=None]": "t5 [encoder.max_distance=None]",
+    }
     assert caption == f"configurations: nope #1: {one}; nope #2: {two}; nope #3: x=1"
     assert plots.short_names(["rope", "alibi", "t5 [encoder.max_distance=128]"])[1] == ""
 
@@ -212,19 +250,34 @@ def _comparison(lengths: list[int], encoders: list[str]) -> pd.DataFrame:
     for i, encoder in enumerate(encoders):
         for length in lengths:
             value = max(0.0, 1.0 - i / len(encoders) * math.log2(length / lengths[0]) / 4)
-            rows.append({"task": "copy", "encoder": encoder, "variant": "", "scaling": "none", "depth": math.nan,
-                         "train_length": 32, "eval_length": length, "learned": True, "n_seeds": 3,
-                         "chance_token_accuracy": 1 / 16,
-                         **{f"{m}_{s}": value + d for m in ("exact_match", "token_accuracy", "loss")
-                            for s, d in (("mean", 0.0), ("low", -0.01), ("high", 0.01))}})
+            rows.append(
+                {
+                    "task": "copy",
+                    "encoder": encoder,
+                    "variant": "",
+                    "scaling": "none",
+                    "depth": math.nan,
+                    "train_length": 32,
+                    "eval_length": length,
+                    "learned": True,
+                    "n_seeds": 3,
+                    "chance_token_accuracy": 1 / 16,
+                    **{
+                        f"{m}_{s}": value + d
+                        for m in ("exact_match", "token_accuracy", "loss")
+                        for s, d in (("mean", 0.0), ("low", -0.01), ("high", 0.01))
+                    },
+                }
+            )
     return pd.DataFrame(rows)
 
 
 COPY_LENGTHS = [8, 16, 24, 32, *range(36, 64, 4), 64, 128, 256, 512, 1024, 2048, 4096, 8192]  # results/length_...
 
 
-@pytest.mark.parametrize("lengths", [COPY_LENGTHS, [64, *range(72, 128, 8), 128, 256, 512, 1024, 2048]],
-                         ids=["copy", "scale"])
+@pytest.mark.parametrize(
+    "lengths", [COPY_LENGTHS, [64, *range(72, 128, 8), 128, 256, 512, 1024, 2048]], ids=["copy", "scale"]
+)
 def test_dense_lengths_keep_a_tick_each_and_labels_apart(drawn, tmp_path, lengths):
     """Copy's lengths 32, 36, ..., 64 on a log axis: their labels ran into each other. Every length keeps its
     tick; the powers of two keep their labels; no two labels touch."""
@@ -258,6 +311,7 @@ def test_length_labels_are_chosen_the_same_everywhere():
 
 # -- the committed figures ---------------------------------------------------------------------------------
 
+
 @pytest.mark.integration
 @pytest.mark.parametrize("folder", COMMITTED, ids=lambda p: p.name)
 def test_committed_figures_fit(drawn, folder, tmp_path):
@@ -268,8 +322,9 @@ def test_committed_figures_fit(drawn, folder, tmp_path):
     assert drawn
     found = {fig.get_label(): problems(fig) for fig in drawn}
     assert not any(found.values()), {k: v for k, v in found.items() if v}
-    squeezed = [fig.get_label() for fig in drawn if len(fig.axes) == 1
-                and fig.axes[0].bbox.width < PLOT_SHARE * fig.bbox.width]
+    squeezed = [
+        fig.get_label() for fig in drawn if len(fig.axes) == 1 and fig.axes[0].bbox.width < PLOT_SHARE * fig.bbox.width
+    ]
     assert not squeezed, f"plots squeezed by their legends: {squeezed}"
 
 

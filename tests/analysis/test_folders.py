@@ -14,9 +14,9 @@ import pytest
 from fake_results import fake_run, results_of
 
 from posenc import files
-from posenc.errors import PosencError
 from posenc.analysis.folders import discard, lock_path, recover, updating
 from posenc.analysis.pipeline import compare_into, regenerate
+from posenc.errors import PosencError
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -52,8 +52,9 @@ def test_files_not_written_are_kept_and_written_ones_replaced(tmp_path):
     assert snapshot(out) == {"keep.md": b"mine", "table.csv": b"new"} and leftovers(out) == []
 
 
-@pytest.mark.parametrize("fault", [KeyboardInterrupt(), OSError(errno.ENOSPC, "No space left on device"),
-                                   RuntimeError("bug")])
+@pytest.mark.parametrize(
+    "fault", [KeyboardInterrupt(), OSError(errno.ENOSPC, "No space left on device"), RuntimeError("bug")]
+)
 def test_a_fault_leaves_the_old_set_and_no_staging(tmp_path, fault):
     out = tmp_path / "report"
     out.mkdir()
@@ -67,8 +68,9 @@ def test_a_fault_leaves_the_old_set_and_no_staging(tmp_path, fault):
 
 
 def _sweep(lengths=(64, 128)):
-    return results_of(*(fake_run(e, {n: [1.0, 0.0, 1.0] for n in lengths}, seed=s)
-                        for e in ("rope", "alibi") for s in (0, 1)))
+    return results_of(
+        *(fake_run(e, {n: [1.0, 0.0, 1.0] for n in lengths}, seed=s) for e in ("rope", "alibi") for s in (0, 1))
+    )
 
 
 def _count_writes(monkeypatch, action) -> int:
@@ -291,7 +293,8 @@ def test_reading_a_table_finishes_a_publish_killed_half_way_first(tmp_path):
     committed = out / ".posenc-staging-1"
     write_tables(pd.DataFrame({"run": ["new"]}), committed, "training")
     (committed / ".posenc-commit.json").write_text(
-        '{"files": ["training.csv", "training.md", "training.parquet"], "remove": []}')
+        '{"files": ["training.csv", "training.md", "training.parquet"], "remove": []}'
+    )
     (out / ".posenc-staging-2").mkdir()  # a writer killed before its commit record: its set never was
     assert list(read_table(out, "training")["run"]) == ["new"]
     assert leftovers(out) == [] and "new" in (out / "training.md").read_text()

@@ -7,10 +7,20 @@ from posenc.analysis.literature import CLAIMS, claims_for
 def test_registry():
     keys = [c.key for c in CLAIMS]
     assert len(keys) == len(set(keys))
-    assert keys == ["kazemnejad2023_mean_rank", "kazemnejad2023_copy", "kazemnejad2023_reverse", "press2022_lm", "ruoss2023_copy",
-                    "ruoss2023_reverse", "zoology2023_retrieval", "zoology2023_retrieval_mixers", "peng2023_lm",
-                    "peng2023_passkey", "sun2023_xpos"]  # peng2023_copy dropped: linear interpolation wins copy by
-                                                          # construction
+    assert keys == [
+        "kazemnejad2023_mean_rank",
+        "kazemnejad2023_copy",
+        "kazemnejad2023_reverse",
+        "press2022_lm",
+        "ruoss2023_copy",
+        "ruoss2023_reverse",
+        "zoology2023_retrieval",
+        "zoology2023_retrieval_mixers",
+        "peng2023_lm",
+        "peng2023_passkey",
+        "sun2023_xpos",
+    ]  # peng2023_copy dropped: linear interpolation wins copy by
+    # construction
     assert all(c.expect and c.windows and c.source and c.statement for c in CLAIMS)
     assert {c.task for c in claims_for({"copy"})} == {"copy"} and claims_for(set()) == []
     lm = ["press2022_lm", "peng2023_lm", "peng2023_passkey", "sun2023_xpos"]

@@ -19,8 +19,10 @@ def test_with_facts_overwrites_a_runs_stored_columns_and_nothing_else():
 
     from posenc.analysis.pipeline import with_facts
 
-    stored = results_of(fake_run("rope", {64: [1, 1], 128: [1, 0]}, task="lm", seed=0),
-                        fake_run("rope", {64: [1, 1]}, task="lm", seed=1))
+    stored = results_of(
+        fake_run("rope", {64: [1, 1], 128: [1, 0]}, task="lm", seed=0),
+        fake_run("rope", {64: [1, 1]}, task="lm", seed=1),
+    )
     ids = list(dict.fromkeys(stored.evaluations["run_id"]))
     fresh = with_facts(stored, {ids[0]: {"learned": False, "steps_to_learn": float("nan")}})
     ev = fresh.evaluations.set_index("run_id")

@@ -62,10 +62,28 @@ def _steps_runs(tasks=("copy",)) -> pd.DataFrame:
     rows = []
     for task in tasks:
         for encoder, steps in {"rope": [3000, 3000, 2200], "alibi": [3800, 3900, 4400]}.items():
-            rows += [{"task": task, "label": encoder, "seed": s, "steps_to_learn": float(v), "learned": True,
-                      "budget": 10000.0} for s, v in enumerate(steps)]
-        rows += [{"task": task, "label": "randomized", "seed": s, "steps_to_learn": math.nan, "learned": False,
-                  "budget": 10000.0} for s in range(3)]
+            rows += [
+                {
+                    "task": task,
+                    "label": encoder,
+                    "seed": s,
+                    "steps_to_learn": float(v),
+                    "learned": True,
+                    "budget": 10000.0,
+                }
+                for s, v in enumerate(steps)
+            ]
+        rows += [
+            {
+                "task": task,
+                "label": "randomized",
+                "seed": s,
+                "steps_to_learn": math.nan,
+                "learned": False,
+                "budget": 10000.0,
+            }
+            for s in range(3)
+        ]
     return pd.DataFrame(rows)
 
 
@@ -80,10 +98,24 @@ def test_kernel_bias_title_fits_with_one_panel(captured, tmp_path):
     from posenc.analysis import kernel_views
 
     distance = np.arange(0, 257)
-    table = pd.concat([pd.DataFrame({
-        "encoder": "alibi", "source": "untrained default", "scaling": "none", "scaling_factor": math.nan,
-        "train_length": 64, "head": pd.array([head] * len(distance), dtype="Int64"), "distance": distance,
-        "component": "bias", "value": -(2.0 ** -(head + 1)) * distance}) for head in range(4)])
+    table = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "encoder": "alibi",
+                    "source": "untrained default",
+                    "scaling": "none",
+                    "scaling_factor": math.nan,
+                    "train_length": 64,
+                    "head": pd.array([head] * len(distance), dtype="Int64"),
+                    "distance": distance,
+                    "component": "bias",
+                    "value": -(2.0 ** -(head + 1)) * distance,
+                }
+            )
+            for head in range(4)
+        ]
+    )
     kernel_views.write_figures(table, tmp_path)
     assert captured, "no figure drawn"
     for fig in captured:
@@ -92,8 +124,13 @@ def test_kernel_bias_title_fits_with_one_panel(captured, tmp_path):
 
 def test_metric_title_fits_with_a_long_title(captured, tmp_path):
     comparison = _comparison([("rope", True, [1.0, 0.6, 0.1])])
-    plots.plot_metric(comparison, "copy", "exact_match", tmp_path,
-                      title="copy, trained on 64 tokens under the per-batch length draw of Ruoss et al.")
+    plots.plot_metric(
+        comparison,
+        "copy",
+        "exact_match",
+        tmp_path,
+        title="copy, trained on 64 tokens under the per-batch length draw of Ruoss et al.",
+    )
     _assert_titles_inside(captured[0])
 
 
@@ -126,10 +163,24 @@ def _positions(chance_config: bool = True) -> pd.DataFrame:
     for label, accuracy in {"rope": 0.9, "alibi": 0.4}.items():
         for seed in range(2):
             for position in range(64, 128, 4):
-                rows.append({"run_id": f"{label}{seed}", "eval_length": 128, "scaling": "none", "depth": math.nan,
-                             "position": position, "bin_width": 4, "correct": int(accuracy * 100), "total": 100,
-                             "task": "copy", "train_length": 32, "encoder": label, "variant": "", "label": label,
-                             **({"config": config} if chance_config else {})})
+                rows.append(
+                    {
+                        "run_id": f"{label}{seed}",
+                        "eval_length": 128,
+                        "scaling": "none",
+                        "depth": math.nan,
+                        "position": position,
+                        "bin_width": 4,
+                        "correct": int(accuracy * 100),
+                        "total": 100,
+                        "task": "copy",
+                        "train_length": 32,
+                        "encoder": label,
+                        "variant": "",
+                        "label": label,
+                        **({"config": config} if chance_config else {}),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -147,8 +198,11 @@ def test_accuracy_by_position_has_an_interval_band_and_the_chance_line(captured,
     low, high = wilson_interval(0.9, 200)
     ys = np.concatenate([p.vertices[:, 1] for b in bands for p in b.get_paths()])
     assert np.isclose(ys, low).any() and np.isclose(ys, high).any()
-    chance = [line for line in ax.get_lines()
-              if np.allclose(np.asarray(line.get_ydata(), float), 1 / 16) and line.get_linestyle() == "--"]
+    chance = [
+        line
+        for line in ax.get_lines()
+        if np.allclose(np.asarray(line.get_ydata(), float), 1 / 16) and line.get_linestyle() == "--"
+    ]
     assert chance, "no chance line at 1/16"
     assert any("chance" in t.get_text() for t in ax.texts)
     _assert_titles_inside(fig)
@@ -166,11 +220,25 @@ def _comparison(groups) -> pd.DataFrame:
         for length, value in zip((64, 128, 256), values):
             if not learned and length != 64:
                 continue
-            rows.append({"task": "copy", "encoder": encoder, "variant": "", "scaling": "none", "depth": math.nan,
-                         "train_length": 64, "eval_length": length, "learned": learned, "n_seeds": 1,
-                         "chance_token_accuracy": 1 / 16,
-                         **{f"{m}_{s}": value + d for m in ("exact_match", "token_accuracy", "loss")
-                            for s, d in (("mean", 0.0), ("low", -0.01), ("high", 0.01))}})
+            rows.append(
+                {
+                    "task": "copy",
+                    "encoder": encoder,
+                    "variant": "",
+                    "scaling": "none",
+                    "depth": math.nan,
+                    "train_length": 64,
+                    "eval_length": length,
+                    "learned": learned,
+                    "n_seeds": 1,
+                    "chance_token_accuracy": 1 / 16,
+                    **{
+                        f"{m}_{s}": value + d
+                        for m in ("exact_match", "token_accuracy", "loss")
+                        for s, d in (("mean", 0.0), ("low", -0.01), ("high", 0.01))
+                    },
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -217,15 +285,19 @@ def test_lm_loss_figures_draw_the_unigram_line(captured, tmp_path, metric, level
     comparison = _comparison([("rope", True, [0.2, 0.5, 0.9])]).assign(task="lm", data=UNIGRAM_DATA)
     for m in ("loss", "perplexity"):
         comparison[[f"{m}_{s}" for s in ("mean", "low", "high")]] = comparison[
-            ["loss_mean", "loss_low", "loss_high"]].values
+            ["loss_mean", "loss_low", "loss_high"]
+        ].values
     plots.plot_metric(comparison, "lm", metric, tmp_path)
     plots.plot_metric(comparison, "lm", "token_accuracy", tmp_path)
     plots.plot_metric(comparison.assign(data="some text: 3 files"), "lm", metric, tmp_path)
     drawn, other, without = (fig.axes[0] for fig in captured)
 
     def dashed_at(ax, y):
-        return [line for line in ax.get_lines() if line.get_linestyle() == "--"
-                and np.allclose(np.asarray(line.get_ydata(), float), y)]
+        return [
+            line
+            for line in ax.get_lines()
+            if line.get_linestyle() == "--" and np.allclose(np.asarray(line.get_ydata(), float), y)
+        ]
 
     assert dashed_at(drawn, level) and any("unigram" in t.get_text() for t in drawn.texts)
     assert not dashed_at(other, level) and not any("unigram" in t.get_text() for t in other.texts)

@@ -11,13 +11,14 @@ import pytest
 from conftest import posenc_cli
 from fake_results import fake_run, results_of
 
-from posenc.errors import PosencError
 import posenc.analysis
 from posenc.analysis.pipeline import REPORT, compare_into, regenerate
 from posenc.analysis.report import GENERATED, same_report
+from posenc.errors import PosencError
 
-TORCH_FREE = sorted(f"posenc.analysis.{p.stem}" for p in Path(posenc.analysis.__file__).parent.glob("*.py")
-                    if p.stem != "__init__")  # the whole results package, by construction
+TORCH_FREE = sorted(
+    f"posenc.analysis.{p.stem}" for p in Path(posenc.analysis.__file__).parent.glob("*.py") if p.stem != "__init__"
+)  # the whole results package, by construction
 
 
 def test_rendering_modules_import_no_torch():
@@ -45,8 +46,9 @@ def _fake_sweep():
     runs = []
     for seed in (0, 1):
         runs.append(fake_run("rope", {64: [1, 1, 1, 1], 128: [1, 0, 0, 0], 256: [0, 0, 0, 0]}, seed=seed))
-        runs.append(fake_run("alibi", {64: [1, 1, 1, 1], 128: [1, 1, 1, 0], 256: [1, 1, 0, 0]}, seed=seed,
-                             steps_to_learn=300.0))
+        runs.append(
+            fake_run("alibi", {64: [1, 1, 1, 1], 128: [1, 1, 1, 0], 256: [1, 1, 0, 0]}, seed=seed, steps_to_learn=300.0)
+        )
         runs.append(fake_run("nope", {64: [1, 0, 0, 0]}, seed=seed, learned=False, steps_to_learn=None))
     return results_of(*runs)
 
@@ -102,8 +104,9 @@ def test_posenc_report_regenerates_compares_report_after_the_runs_are_gone(train
     runs = tmp_path / "runs"
     shutil.copytree(trained_runs, runs)
     out = tmp_path / "cmp"
-    result = posenc_cli("compare", "--runs", str(runs), "--lengths", "16,32", "--sequences", "4", "--out", str(out),
-                        cwd=tmp_path)
+    result = posenc_cli(
+        "compare", "--runs", str(runs), "--lengths", "16,32", "--sequences", "4", "--out", str(out), cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     written = (out / REPORT).read_text()
     shutil.rmtree(runs)  # nothing but the tables is left
@@ -122,9 +125,9 @@ def test_posenc_report_regenerates_compares_report_after_the_runs_are_gone(train
 
 def test_literature_checks_read_evidence_from_the_tables_and_never_pool_configurations():
     from posenc.analysis.claims import Side, check
-    from posenc.analysis.literature import CLAIMS
     from posenc.analysis.compare import with_depth_means
     from posenc.analysis.evidence import TableEvidence
+    from posenc.analysis.literature import CLAIMS
 
     ruoss = next(c for c in CLAIMS if c.key == "ruoss2023_copy")  # randomized beats sinusoidal at 2x, 4x
     n = 30
@@ -170,8 +173,11 @@ def test_lm_reports_each_encoders_change_of_loss_from_the_training_length():
     from posenc.analysis.report import loss_change_table
 
     at_l = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]  # losses 0.1 ... 0.8
-    runs = [fake_run(e, {4: at_l, 8: [v - grow for v in (0.85, 0.65, 0.45, 0.25) * 2]}, task="lm", train_length=4,
-                     seed=s) for e, grow in (("alibi", 0.0), ("rope", 0.2)) for s in (0, 1)]
+    runs = [
+        fake_run(e, {4: at_l, 8: [v - grow for v in (0.85, 0.65, 0.45, 0.25) * 2]}, task="lm", train_length=4, seed=s)
+        for e, grow in (("alibi", 0.0), ("rope", 0.2))
+        for s in (0, 1)
+    ]
     results = with_depth_means(results_of(*runs))
     table = loss_change_table(TableEvidence(results), aggregate(results), "lm").set_index("encoder")
     assert list(table.columns) == ["2×", "4×", "8×"]
@@ -193,17 +199,27 @@ def test_rope_scaling_rows_pair_by_seed_against_the_same_checkpoints():
 
     n, base = 200, (0.2, 0.5, 0.8)
     noise = [0.05 * ((i % 5) - 2) for i in range(n)]
-    runs = [fake_run("rope", {32: [0.9] * n, **{k: [b + up + e for e in noise] for k in (64, 128)}}, seed=s,
-                     train_length=32, scaling=method)
-            for s, b in enumerate(base) for method, up in (("none", 0.0), ("yarn", 0.1))]
-    runs += [fake_run("alibi", {32: [0.9] * n, 64: [0.5] * n, 128: [0.5] * n}, seed=s, train_length=32)
-             for s in range(3)]
+    runs = [
+        fake_run(
+            "rope",
+            {32: [0.9] * n, **{k: [b + up + e for e in noise] for k in (64, 128)}},
+            seed=s,
+            train_length=32,
+            scaling=method,
+        )
+        for s, b in enumerate(base)
+        for method, up in (("none", 0.0), ("yarn", 0.1))
+    ]
+    runs += [
+        fake_run("alibi", {32: [0.9] * n, 64: [0.5] * n, 128: [0.5] * n}, seed=s, train_length=32) for s in range(3)
+    ]
     results = with_depth_means(results_of(*runs))
     evidence = TableEvidence(results)
     table = scaling_paired_table(evidence, aggregate(results), "copy", "token_accuracy").set_index("encoder")
     assert list(table.index) == ["rope +yarn − rope"]  # alibi was not evaluated under a method
-    yarn, trained = (evidence.values("copy", side, 2, "token_accuracy")
-                     for side in (Side("rope", "yarn"), Side("rope")))
+    yarn, trained = (
+        evidence.values("copy", side, 2, "token_accuracy") for side in (Side("rope", "yarn"), Side("rope"))
+    )
     paired = paired_difference(yarn, trained, same_seeds=True)
     assert table.loc["rope +yarn − rope", "2×"] == paired.format(signed=True)
     assert paired.low > 0 > paired_difference(yarn, trained).low  # as different runs: open
@@ -224,9 +240,11 @@ def test_lm_losses_are_set_against_the_unigram_reference():
 
     data = "text; unigram loss 0.500 nats/byte (the training split's byte frequencies, ...)"
     spread = [0.1, 0.9] * 8  # loss 1 - value: mean 0.5, wide
-    runs = [fake_run(e, {4: [0.9] * 16, 16: vals, 32: vals}, task="lm", train_length=4, seed=s, data=data)
-            for e, vals in (("sinusoidal", [0.1] * 16), ("rope", spread), ("alibi", [0.9] * 16))
-            for s in (0, 1)]
+    runs = [
+        fake_run(e, {4: [0.9] * 16, 16: vals, 32: vals}, task="lm", train_length=4, seed=s, data=data)
+        for e, vals in (("sinusoidal", [0.1] * 16), ("rope", spread), ("alibi", [0.9] * 16))
+        for s in (0, 1)
+    ]
     comparison = aggregate(with_depth_means(results_of(*runs)))
     sides = [Side("alibi"), Side("rope"), Side("sinusoidal")]
     text = against_unigram(comparison, "lm", sides)

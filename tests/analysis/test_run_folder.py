@@ -3,7 +3,6 @@
 import json
 
 import yaml
-
 from conftest import learned_run
 
 from posenc.analysis.run_folder import DEFAULT_TRAIN_LENGTH, RunFolder

@@ -8,9 +8,9 @@ import math
 import pytest
 from fake_results import config_of
 
-from posenc.errors import PosencError
 from posenc.analysis.report import render
 from posenc.analysis.selection import choices_markdown, choose_runs
+from posenc.errors import PosencError
 
 
 def _runs(tmp_path, specs):
@@ -38,7 +38,8 @@ def test_most_seeds_learned_wins_then_fewest_steps(tmp_path):
     ])  # fmt: skip
     chosen, table = choose_runs(runs, configs, "train.lr")
     assert sorted(r.name for r in chosen) == sorted(
-        ["nope-0.001-0", "nope-0.001-1", "nope-0.001-2", "rope-0.001-0", "rope-0.001-1", "alibi-0.003-0"])
+        ["nope-0.001-0", "nope-0.001-1", "nope-0.001-2", "rope-0.001-0", "rope-0.001-1", "alibi-0.003-0"]
+    )
     row = table.set_index(["encoder", "value"])
     assert row.loc[("nope", "0.003"), "n_learned"] == 2 and row.loc[("nope", "0.003"), "n_trained"] == 3
     assert row.loc[("nope", "0.001"), "chosen"] and not row.loc[("nope", "0.003"), "chosen"]
@@ -80,8 +81,9 @@ def test_report_shows_the_choice(tmp_path):
     runs, configs = _runs(tmp_path, [("rope", 0.003, 0, 500), ("rope", 0.001, 0, 300)])
     _, table = choose_runs(runs, configs, "train.lr")
     results = results_of(fake_run("rope", {64: [1.0] * 8, 128: [0.0] * 8}))
-    results = type(results)(results.evaluations.assign(variant=variants(results.evaluations)),
-                            results.sequences, results.positions)
+    results = type(results)(
+        results.evaluations.assign(variant=variants(results.evaluations)), results.sequences, results.positions
+    )
     out = tmp_path / "out"
     out.mkdir()
     text, _ = render(results, aggregate(results), out, "posenc compare", table)
@@ -100,8 +102,10 @@ def test_missed_configurations_are_those_with_a_seed_that_did_not_learn_at_that_
     configs[3]["task"]["name"] = "reverse"
     assert missed_configurations(runs, configs, "train.lr", 0.003) == {"copy": ["nope"], "reverse": ["alibi"]}
     configs[1]["model"] = {"mixer": "base_conv"}  # NoPE with BaseConv mixers: retried as that, not as attention
-    assert missed_configurations(runs, configs, "train.lr", 0.003) == {"copy model.mixer=base_conv": ["nope"],
-                                                                      "reverse": ["alibi"]}
+    assert missed_configurations(runs, configs, "train.lr", 0.003) == {
+        "copy model.mixer=base_conv": ["nope"],
+        "reverse": ["alibi"],
+    }
     assert missed_configurations(runs, configs, "train.lr", 0.001) == {"copy": ["rope"]}
 
 
@@ -112,20 +116,26 @@ def test_retry_script_prints_one_override_line_per_task(tmp_path):
 
     import yaml
 
-    runs, configs = _runs(tmp_path, [("nope", 0.003, 0, None), ("alibi", 0.003, 0, None), ("rope", 0.003, 0, 9),
-                                     ("zconv", 0.003, 0, None)])
+    runs, configs = _runs(
+        tmp_path,
+        [("nope", 0.003, 0, None), ("alibi", 0.003, 0, None), ("rope", 0.003, 0, 9), ("zconv", 0.003, 0, None)],
+    )
     configs[3]["encoder"]["name"], configs[3]["model"] = "nope", {"mixer": "base_conv"}
     for run, config in zip(runs, configs):
         (run / "config.yaml").write_text(yaml.safe_dump(config))
         (run / "checkpoint.pt").write_bytes(b"")  # what find_runs looks for
     script = Path(__file__).parents[2] / "scripts" / "retry_not_learned.py"
-    result = subprocess.run([sys.executable, str(script), str(tmp_path), "--lr", "0.003"], capture_output=True,
-                            text=True)
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "--lr", "0.003"], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["task=copy encoder=alibi,nope",  # find_runs sorts the folders
-                                          "task=copy encoder=nope model.mixer=base_conv"]
-    bad = subprocess.run([sys.executable, str(script), str(tmp_path / "none"), "--lr", "0.003"],
-                         capture_output=True, text=True)
+    assert result.stdout.splitlines() == [
+        "task=copy encoder=alibi,nope",  # find_runs sorts the folders
+        "task=copy encoder=nope model.mixer=base_conv",
+    ]
+    bad = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "none"), "--lr", "0.003"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("error: run directory not found")
 
 
@@ -149,8 +159,10 @@ def test_report_reads_a_choices_table_from_before_config_id(tmp_path):
 def test_where_no_candidate_learned_the_one_closest_to_learning_is_compared(tmp_path):
     """BaseConv on MQAR at lr 1e-3 and 3e-3, no seed learned at either: the value that sorts first (1e-3) must
     not win by default when 3e-3 came closer (in-distribution exact match at the end of training)."""
-    runs, configs = _runs(tmp_path, [("nope", 0.001, 0, None), ("nope", 0.001, 1, None),
-                                     ("nope", 0.003, 0, None), ("nope", 0.003, 1, None)])
+    runs, configs = _runs(
+        tmp_path,
+        [("nope", 0.001, 0, None), ("nope", 0.001, 1, None), ("nope", 0.003, 0, None), ("nope", 0.003, 1, None)],
+    )
     for run, exact in zip(runs, (0.0, 0.01, 0.41, 0.02)):
         metrics = json.loads((run / "metrics.json").read_text())
         (run / "metrics.json").write_text(json.dumps({**metrics, "exact_match": exact}))
@@ -171,8 +183,10 @@ def test_an_earlier_choice_is_weighed_with_seeds_trained_later(tmp_path):
     first_runs, first_configs = _runs(tmp_path / "first", [("pope", 0.003, 0, None), ("pope", 0.003, 1, None)])
     _, before = choose_runs(first_runs, first_configs, "train.lr")
     (tmp_path / "now").mkdir()
-    runs, configs = _runs(tmp_path / "now", [("pope", 0.003, 2, 3300), ("pope", 0.001, 0, 2900),
-                                             ("pope", 0.001, 1, 3100), ("pope", 0.001, 2, 3000)])
+    runs, configs = _runs(
+        tmp_path / "now",
+        [("pope", 0.003, 2, 3300), ("pope", 0.001, 0, 2900), ("pope", 0.001, 1, 3100), ("pope", 0.001, 2, 3000)],
+    )
     chosen, table = choose_runs(runs, configs, "train.lr", earlier=before)
     row = table.set_index("value")
     assert row.loc["0.003", "seeds"] == "0,1,2" and row.loc["0.003", "n_learned"] == 1

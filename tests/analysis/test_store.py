@@ -7,11 +7,20 @@ import pandas as pd
 import pytest
 from fake_results import config_of, fake_run, results_of
 
-from posenc.errors import PosencError
 from posenc.analysis.store import (
-    COLUMNS, KEY, POSITION_COLUMNS, SEQUENCE_COLUMNS, Results, describe_config, differing_keys, merge, read_results,
-    run_identity, write_results,
+    COLUMNS,
+    KEY,
+    POSITION_COLUMNS,
+    SEQUENCE_COLUMNS,
+    Results,
+    describe_config,
+    differing_keys,
+    merge,
+    read_results,
+    run_identity,
+    write_results,
 )  # fmt: skip
+from posenc.errors import PosencError
 
 # --- identity ----------------------------------------------------------------------------------------------
 
@@ -28,15 +37,29 @@ def test_run_identity_ignores_the_seed_and_how_a_run_was_computed_but_not_what()
     other_seed = changed(seed=1)
     assert other_seed.config_id == ident.config_id and other_seed.run_id != ident.run_id  # seeds of one config
     assert other_seed.config == ident.config and '"seed"' not in ident.config
-    for neutral in (changed(device="cuda"), changed(progress=True), changed(resume=False),
-                    changed(paths={"results": "elsewhere"}), changed(hydra={"job": 1})):
+    for neutral in (
+        changed(device="cuda"),
+        changed(progress=True),
+        changed(resume=False),
+        changed(paths={"results": "elsewhere"}),
+        changed(hydra={"job": 1}),
+    ):
         assert neutral == ident  # where or how it ran is not what it computed
-    for group, key, value in [("train", "compile", True), ("train", "log_every", 7),
-                              ("train", "checkpoint_every", 3), ("train", "eval_sequences", 9),
-                              ("model", "attention", "blocked")]:
+    for group, key, value in [
+        ("train", "compile", True),
+        ("train", "log_every", 7),
+        ("train", "checkpoint_every", 3),
+        ("train", "eval_sequences", 9),
+        ("model", "attention", "blocked"),
+    ]:
         assert run_identity({**base, group: {**base[group], key: value}}) == ident, key
-    for group, key, value in [("train", "lr", 0.001), ("train", "steps", 3000), ("model", "d_model", 32),
-                              ("task", "length", 32), ("encoder", "base", 500.0)]:
+    for group, key, value in [
+        ("train", "lr", 0.001),
+        ("train", "steps", 3000),
+        ("model", "d_model", 32),
+        ("task", "length", 32),
+        ("encoder", "base", 500.0),
+    ]:
         moved = run_identity({**base, group: {**base[group], key: value}})
         assert moved.config_id != ident.config_id and moved.run_id != ident.run_id, key
         assert moved.config != ident.config
@@ -88,15 +111,20 @@ def test_merge_replaces_by_key_across_all_three_tables():
     assert row["exact_match"] == 1.0 and row["n_sequences"] == 2
     assert ev.loc[ev["run_id"] == alibi, "note"].tolist() == ["out of memory at length 64"]
     pos = merged.positions
-    assert pos[(pos["run_id"] == rope0) & (pos["eval_length"] == 64) & (pos["scaling"] == "none")]["total"].tolist() == [2]
+    assert pos[(pos["run_id"] == rope0) & (pos["eval_length"] == 64) & (pos["scaling"] == "none")][
+        "total"
+    ].tolist() == [2]
     assert alibi not in set(pos["run_id"])
-    pd.testing.assert_frame_equal(merge(None, new).evaluations, merge(Results.empty(), new).evaluations,
-                                  check_dtype=False)
+    pd.testing.assert_frame_equal(
+        merge(None, new).evaluations, merge(Results.empty(), new).evaluations, check_dtype=False
+    )
 
 
 def test_merge_keeps_depths_apart_and_matches_rows_without_a_depth():
-    old = results_of(fake_run("rope", {64: [1, 1]}, task="passkey", depth=0.5),
-                     fake_run("rope", {64: [0, 0]}, task="passkey", depth=1.0))
+    old = results_of(
+        fake_run("rope", {64: [1, 1]}, task="passkey", depth=0.5),
+        fake_run("rope", {64: [0, 0]}, task="passkey", depth=1.0),
+    )
     new = fake_run("rope", {64: [1]}, task="passkey", depth=0.5)
     merged = merge(old, new)
     assert sorted(merged.evaluations["depth"]) == [0.5, 1.0]
@@ -106,8 +134,7 @@ def test_merge_keeps_depths_apart_and_matches_rows_without_a_depth():
 
 
 def test_done_lists_what_need_not_be_evaluated_again():
-    results = results_of(fake_run("rope", {64: [1], 128: []}), fake_run("alibi", {64: []},
-                                                                          note={64: "out of memory"}))
+    results = results_of(fake_run("rope", {64: [1], 128: []}), fake_run("alibi", {64: []}, note={64: "out of memory"}))
     rope, alibi = (fake_run(e, {64: []}).evaluations["run_id"].iloc[0] for e in ("rope", "alibi"))
     assert results.done() == {(rope, 64, "none"), (alibi, 64, "none")}  # 128: no sequences and no note
 
@@ -119,8 +146,14 @@ def test_write_then_read_round_trips_the_three_tables(tmp_path):
     results = merge(None, results_of(fake_run("rope", {64: [1, 0], 128: [0]}), fake_run("alibi", {64: [1]})))
     paths = write_results(tmp_path, results, summary="# summary\n")
     names = sorted(p.name for p in paths)
-    assert names == ["extrapolation.csv", "extrapolation.md", "extrapolation.parquet", "extrapolation_summary.md",
-                     "positions.parquet", "sequences.parquet"]
+    assert names == [
+        "extrapolation.csv",
+        "extrapolation.md",
+        "extrapolation.parquet",
+        "extrapolation_summary.md",
+        "positions.parquet",
+        "sequences.parquet",
+    ]
     assert "config" not in pd.read_csv(tmp_path / "extrapolation.csv").columns  # too long for CSV/Markdown
     back = read_results(tmp_path)
     pd.testing.assert_frame_equal(back.evaluations, results.evaluations, check_dtype=False)
@@ -130,8 +163,20 @@ def test_write_then_read_round_trips_the_three_tables(tmp_path):
 
 
 def test_read_results_refuses_a_foreign_table_in_one_line(tmp_path):
-    old_version = pd.DataFrame([{"run": "r", "encoder": "rope", "task": "copy", "train_length": 64,
-                                 "eval_length": 64, "seed": 0, "exact_match": 1.0, "note": ""}])
+    old_version = pd.DataFrame(
+        [
+            {
+                "run": "r",
+                "encoder": "rope",
+                "task": "copy",
+                "train_length": 64,
+                "eval_length": 64,
+                "seed": 0,
+                "exact_match": 1.0,
+                "note": "",
+            }
+        ]
+    )
     old_version.to_parquet(tmp_path / "extrapolation.parquet")
     with pytest.raises(PosencError) as err:
         read_results(tmp_path)
@@ -157,7 +202,9 @@ def test_read_results_refuses_a_foreign_sequences_table(tmp_path):
     pd.DataFrame({"run": ["r"], "value": [1.0]}).to_parquet(tmp_path / "sequences.parquet")
     with pytest.raises(PosencError) as err:
         read_results(tmp_path)
-    assert len(str(err.value).splitlines()) == 1 and "sequences.parquet is not a posenc sequences table" in str(err.value)
+    assert len(str(err.value).splitlines()) == 1 and "sequences.parquet is not a posenc sequences table" in str(
+        err.value
+    )
 
 
 def test_a_run_keeps_its_identity_wherever_it_is_evaluated_from():

@@ -8,8 +8,18 @@ from posenc.analysis.run_folder import extend_training_table
 from posenc.analysis.tables import read_table, write_tables
 from posenc.errors import PosencError
 
-CHOICES = {"task": ["copy"], "encoder": ["rope"], "config_id": ["abc"], "key": ["train.lr"], "value": ["0.001"],
-           "seeds": ["0,1"], "n_learned": [2], "n_trained": [2], "steps_to_learn": [300.0], "chosen": [True]}
+CHOICES = {
+    "task": ["copy"],
+    "encoder": ["rope"],
+    "config_id": ["abc"],
+    "key": ["train.lr"],
+    "value": ["0.001"],
+    "seeds": ["0,1"],
+    "n_learned": [2],
+    "n_trained": [2],
+    "steps_to_learn": [300.0],
+    "chosen": [True],
+}
 
 
 @pytest.mark.parametrize("stem, table, says", [
@@ -36,7 +46,13 @@ def test_posencs_own_tables_read_back_as_written(tmp_path):
     choices = pd.DataFrame(CHOICES)
     write_tables(choices, tmp_path, "choices")
     pd.testing.assert_frame_equal(read_table(tmp_path, "choices"), choices)
-    training = pd.DataFrame({"run": ["a", "b"], "learned": [True, None], "steps": pd.array([10, None], "Int64"),
-                             "exact_match": [1.0, float("nan")]})
+    training = pd.DataFrame(
+        {
+            "run": ["a", "b"],
+            "learned": [True, None],
+            "steps": pd.array([10, None], "Int64"),
+            "exact_match": [1.0, float("nan")],
+        }
+    )
     write_tables(training, tmp_path, "training")
     assert extend_training_table(tmp_path, training.iloc[:1])["run"].tolist() == ["a", "b"]

@@ -9,8 +9,9 @@ from posenc.analysis.views import summary, summary_markdown
 
 def test_summary_has_only_the_evaluated_task_and_encoder_combinations():
     """A copy/rope run and a passkey/t5 run give two rows, never "copy t5" or "passkey rope"."""
-    table = results_of(fake_run("rope", {64: [1, 1], 128: [0, 1]}, task="copy"),
-                       fake_run("t5", {64: [1, 0]}, task="passkey")).evaluations
+    table = results_of(
+        fake_run("rope", {64: [1, 1], 128: [0, 1]}, task="copy"), fake_run("t5", {64: [1, 0]}, task="passkey")
+    ).evaluations
     view = summary(table)
     assert list(view.index) == [("copy", "rope", 64), ("passkey", "t5", 64)]
     assert view.loc[("copy", "rope", 64), 128] == 0.5
@@ -23,9 +24,11 @@ def test_summary_has_only_the_evaluated_task_and_encoder_combinations():
 
 def test_summary_averages_seeds_of_one_configuration_and_keeps_configurations_scalings_depths_apart():
     table = results_of(
-        fake_run("rope", {64: [1, 1]}, seed=0), fake_run("rope", {64: [0, 0]}, seed=1),
+        fake_run("rope", {64: [1, 1]}, seed=0),
+        fake_run("rope", {64: [0, 0]}, seed=1),
         fake_run("rope", {64: [1, 1]}, seed=0, steps=3000),
-        fake_run("rope", {64: [0, 1]}, scaling="yarn"), fake_run("rope", {64: [0, 0]}, scaling="ntk:4"),
+        fake_run("rope", {64: [0, 1]}, scaling="yarn"),
+        fake_run("rope", {64: [0, 0]}, scaling="ntk:4"),
         fake_run("alibi", {64: [1, 0]}, task="passkey", depth=0.25),
     ).evaluations
     view = summary(table)[64]

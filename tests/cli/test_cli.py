@@ -7,11 +7,11 @@ import pytest
 from conftest import LEARNS, TINY, posenc_cli
 from typer.testing import CliRunner
 
+from posenc.analysis.store import COLUMNS, POSITION_COLUMNS, RUN_NEUTRAL_KEYS, SEQUENCE_COLUMNS
 from posenc.cli.app import app
+from posenc.cli.hydra_entry import short_dirname
 from posenc.encoders import ENCODERS
 from posenc.files import CHECKPOINT_FILE, CONFIG_FILE, HISTORY_FILE, LOG_FILE, METRICS_FILE
-from posenc.cli.hydra_entry import short_dirname
-from posenc.analysis.store import COLUMNS, POSITION_COLUMNS, RUN_NEUTRAL_KEYS, SEQUENCE_COLUMNS
 
 runner = CliRunner()
 # The sub-folder Hydra names after the overrides of the `trained_runs` sweep (sorted, joined by commas).
@@ -60,8 +60,22 @@ def test_multirun_sweep_writes_one_run_per_job(trained_runs: Path):
 
 def test_extrapolate_writes_tidy_tables_and_reports_learned_overflow(trained_runs: Path, tmp_path):
     out = tmp_path / "tables"
-    result = runner.invoke(app, ["extrapolate", "--runs", str(trained_runs), "--lengths", "16,40", "--out", str(out),
-                                 "--sequences", "3", "--device", "cpu"])
+    result = runner.invoke(
+        app,
+        [
+            "extrapolate",
+            "--runs",
+            str(trained_runs),
+            "--lengths",
+            "16,40",
+            "--out",
+            str(out),
+            "--sequences",
+            "3",
+            "--device",
+            "cpu",
+        ],
+    )
     assert result.exit_code == 0, result.output
     text = ("note", "data", "fingerprint", "baseline")
     table = pd.read_csv(out / "extrapolation.csv", dtype=dict.fromkeys(text, object))
@@ -113,8 +127,20 @@ def test_extrapolate_says_which_runs_did_not_learn_and_were_evaluated_at_the_tra
     runs = tmp_path / "runs"
     shutil.copytree(trained_runs, runs)
     metrics = sorted(runs.rglob(METRICS_FILE))  # learned, then rope
-    (metrics[1]).write_text(json.dumps({**json.loads(metrics[1].read_text()), "learned": False, "steps_to_learn": None}))
-    args = ["extrapolate", "--runs", str(runs), "--out", str(tmp_path / "tables"), "--sequences", "2", "--device", "cpu"]
+    (metrics[1]).write_text(
+        json.dumps({**json.loads(metrics[1].read_text()), "learned": False, "steps_to_learn": None})
+    )
+    args = [
+        "extrapolate",
+        "--runs",
+        str(runs),
+        "--out",
+        str(tmp_path / "tables"),
+        "--sequences",
+        "2",
+        "--device",
+        "cpu",
+    ]
     result = runner.invoke(app, [*args, "--lengths", "16,24"])
     assert result.exit_code == 0, result.output
     note = " ".join(result.stderr.split())  # as printed, folded at the terminal's width
@@ -164,7 +190,10 @@ def test_extrapolate_reports_unreadable_checkpoints(tmp_path):
 @pytest.mark.parametrize(
     "override, needle",
     [
-        ("encoder=bogus", "unknown encoder 'bogus'; known encoders: nope, sinusoidal, learned, alibi, rope, rope_ntk, xpos"),
+        (
+            "encoder=bogus",
+            "unknown encoder 'bogus'; known encoders: nope, sinusoidal, learned, alibi, rope, rope_ntk, xpos",
+        ),
         ("task=sorting", "unknown task 'sorting'; known tasks: copy, retrieval"),
         ("model.d_model=18", "even head dimension"),
         ("train.steps=abc", "train.steps must be of type int"),

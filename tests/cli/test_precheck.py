@@ -2,8 +2,8 @@
 
 import pytest
 
-from posenc.errors import PosencError
 from posenc.cli.precheck import MAX_COMBINATIONS, precheck
+from posenc.errors import PosencError
 
 
 def test_a_large_sweep_checks_every_value_not_just_the_first():
@@ -16,8 +16,7 @@ def test_a_large_sweep_checks_every_value_not_just_the_first():
 
 def test_a_large_sweep_of_good_values_passes():
     seeds = ",".join(str(s) for s in range(9))
-    precheck(["-m", f"seed={seeds}", "train.lr=0.001,0.002,0.003,0.004,0.005,0.006,0.007,0.008",
-              "model.n_layers=1"])
+    precheck(["-m", f"seed={seeds}", "train.lr=0.001,0.002,0.003,0.004,0.005,0.006,0.007,0.008", "model.n_layers=1"])
 
 
 def test_an_unknown_launcher_is_named_with_the_known_ones():
@@ -25,8 +24,15 @@ def test_an_unknown_launcher_is_named_with_the_known_ones():
         precheck(["-m", "hydra/launcher=rocket", "seed=0,1"])
 
 
-@pytest.mark.parametrize("override", ["hydra.run.dir={tmp}/file", "hydra.sweep.dir={tmp}/file/below",
-                                      "hydra.run.dir={tmp}/" + "x" * 300, "paths.results={tmp}/file"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "hydra.run.dir={tmp}/file",
+        "hydra.sweep.dir={tmp}/file/below",
+        "hydra.run.dir={tmp}/" + "x" * 300,
+        "paths.results={tmp}/file",
+    ],
+)
 def test_output_locations_that_cannot_be_written_are_refused_first(tmp_path, override):
     (tmp_path / "file").write_text("x")
     with pytest.raises(PosencError, match="cannot write to"):
@@ -40,8 +46,9 @@ def test_precheck_checks_every_rule_of_build_but_builds_no_model(monkeypatch):
 
     built = []
     real = posenc.nn.model.Transformer.__init__
-    monkeypatch.setattr(posenc.nn.model.Transformer, "__init__",
-                        lambda self, *a, **k: built.append(1) or real(self, *a, **k))
+    monkeypatch.setattr(
+        posenc.nn.model.Transformer, "__init__", lambda self, *a, **k: built.append(1) or real(self, *a, **k)
+    )
     precheck(["encoder=rope", "model.n_layers=1"])
     assert built == []
     with pytest.raises(PosencError, match="model.n_heads"):  # a rule build() enforces, found without a model

@@ -8,8 +8,8 @@ import torch
 from rounding import gamma
 
 from posenc import functional as pf
-from posenc.nn.attention import CausalAttention
 from posenc.encoders import AttentionShape, build_encoder
+from posenc.nn.attention import CausalAttention
 from posenc.nn.model import ModelConfig, Transformer
 
 SHAPE = AttentionShape(d_model=32, n_heads=4)
@@ -39,8 +39,9 @@ def test_query_blocks_equal_the_dense_reference(name):
     torch.testing.assert_close(got, _dense(q, k, v, data_bias(0, 37)))
     if name == "fox":
         log_f = torch.nn.functional.logsigmoid(layer.gate(x)).transpose(1, 2)  # [b, n_h, s]
-        want = torch.stack([torch.stack([log_f[..., j + 1 : i + 1].sum(-1) for j in range(37)], -1)
-                            for i in range(37)], -2)
+        want = torch.stack(
+            [torch.stack([log_f[..., j + 1 : i + 1].sum(-1) for j in range(37)], -1) for i in range(37)], -2
+        )
         torch.testing.assert_close(data_bias(0, 37).tril(), want.tril())
     else:
         logits = (q @ k.transpose(-1, -2)) / 8**0.5

@@ -252,8 +252,9 @@ def test_training_projects_kerple_parameters_after_every_step(tmp_path, monkeypa
     from posenc.running.train import train
 
     calls = []
-    monkeypatch.setattr(KerpleLog, "positive_parameters",
-                        lambda self: (self.r1.clamp(min=self.eps), self.r2.clamp(min=self.eps)))  # as compiled
+    monkeypatch.setattr(
+        KerpleLog, "positive_parameters", lambda self: (self.r1.clamp(min=self.eps), self.r2.clamp(min=self.eps))
+    )  # as compiled
     original = KerpleLog.project_parameters
     monkeypatch.setattr(KerpleLog, "project_parameters", lambda self: (calls.append(1), original(self)))
     train(tiny_config("encoder=kerple"), tmp_path, tiny_dict("encoder=kerple"))

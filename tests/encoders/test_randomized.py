@@ -7,10 +7,10 @@ import torch
 from conftest import learned_run
 
 from posenc import functional as pf
-from posenc.running import runs as run_dirs
 from posenc.encoders import ENCODERS, AttentionShape, Randomized, build_encoder
 from posenc.errors import ConfigError, PositionRangeError
 from posenc.nn.model import ModelConfig, Transformer
+from posenc.running import runs as run_dirs
 
 SHAPE = AttentionShape(d_model=32, n_heads=4)
 
@@ -116,4 +116,3 @@ def test_full_tiny_training_run_then_evaluation_with_a_nan_row_past_max_position
     assert not math.isnan(rows[32].token_accuracy) and rows[32].note == ""
     assert math.isnan(rows[64].exact_match) and "max_position=32" in rows[64].note
     assert set(results.sequences["eval_length"]) == {16, 32}  # the NaN row has no sequences
-

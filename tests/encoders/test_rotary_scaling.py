@@ -151,7 +151,7 @@ def test_setting_a_scaling_clears_the_table_cache():
     after = encoder.rotate(q, k, positions)  # same positions tensor: must not reuse the old table
     assert not torch.allclose(before[0], after[0])
     assert len(encoder._tables) == 1
-    (_, tables), = encoder._tables.values()
+    ((_, tables),) = encoder._tables.values()
     ntk = encoder._scaled_rotations(positions, 4 * TRAIN, torch.complex64)
     assert torch.equal(tables[0], ntk[0]) and torch.equal(tables[1], ntk[1])  # the table cached is ntk's
     assert encoder.rotation_tables(positions, 4 * TRAIN, torch.complex64) is tables  # reused, not recomputed

@@ -97,7 +97,9 @@ def test_a_pattern_longer_than_the_model_says_which_layers_the_model_has(caplog)
     from conftest import tiny_config
 
     tiny_config("encoder=schedule", "model.n_layers=3").build()  # iRoPE's pattern in 3 layers: no NoPE layer
-    assert "encoder.layers has 4 entries but model.n_layers is 3: the model's layers are rope, rope, rope" in caplog.text
+    assert (
+        "encoder.layers has 4 entries but model.n_layers is 3: the model's layers are rope, rope, rope" in caplog.text
+    )
     caplog.clear()
     tiny_config("encoder=schedule", "encoder.layers=[rope,nope]", "model.n_layers=3").build()
     assert "encoder.layers" not in caplog.text

@@ -9,9 +9,9 @@ import torch
 from rounding import attention_bound, xpos_score_bound
 
 from posenc import functional as pf
-from posenc.nn.attention import CausalAttention
 from posenc.encoders import AttentionShape, build_encoder
 from posenc.encoders.base import MAX_LENGTH
+from posenc.nn.attention import CausalAttention
 from posenc.nn.model import ModelConfig, Transformer
 
 SHAPE = AttentionShape(d_model=32, n_heads=2)  # head_dim 16
@@ -60,8 +60,9 @@ def reference(q, k, positions, start: int, stop: int, scale_base: float, absolut
 def bound(q, k, positions, start: int, stop: int, log_scale: float = pf.XPOS_QUERY_LOG_SCALE) -> torch.Tensor:
     """tests/rounding.py's xPos bound for the encoder's fp32 scores of queries ``start:stop`` (each side rotated
     by fp32 tables: a complex product and its entry, 3 roundings), factors up to e**log_scale."""
-    return xpos_score_bound(q[..., start:stop, :], k[..., :stop, :], positions[start:stop], positions[:stop], 16.0,
-                            log_scale, inputs=6)
+    return xpos_score_bound(
+        q[..., start:stop, :], k[..., :stop, :], positions[start:stop], positions[:stop], 16.0, log_scale, inputs=6
+    )
 
 
 def causal(start: int, stop: int) -> torch.Tensor:
@@ -85,8 +86,9 @@ def test_the_path_changes_where_the_centred_factors_would_leave_float32():
     assert encoder.data_bias(None, *encoder.rotate(q, k, torch.arange(longest))) is None  # fused attention
 
 
-@pytest.mark.parametrize("make", [lambda: build_encoder("xpos", SHAPE, TRAIN), relative_everywhere],
-                         ids=["centred", "relative"])
+@pytest.mark.parametrize(
+    "make", [lambda: build_encoder("xpos", SHAPE, TRAIN), relative_everywhere], ids=["centred", "relative"]
+)
 def test_scores_equal_the_absolute_formula_at_short_lengths(make):
     """(a) Where the old factorisation from absolute positions is finite (700 tokens at scale_base 16:
     factors up to e**55), both paths give its scores to float32 accuracy."""

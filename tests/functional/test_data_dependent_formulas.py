@@ -44,8 +44,9 @@ def _cope_dense(q, k, v, pos_emb):
     return (logits + pf.cope_bias(q, pos_emb, pf.cope_positions(logits))).softmax(-1) @ v
 
 
-@pytest.mark.parametrize(("length", "n_pos", "block_elements"), [(1, 4, 1 << 22), (37, 8, 600), (130, 16, 1 << 22),
-                                                                 (130, 200, 3000)])
+@pytest.mark.parametrize(
+    ("length", "n_pos", "block_elements"), [(1, 4, 1 << 22), (37, 8, 600), (130, 16, 1 << 22), (130, 200, 3000)]
+)
 @pytest.mark.parametrize("grad", [False, True])
 def test_cope_attention_equals_the_papers_computation(length, n_pos, block_elements, grad):
     """One block or several (2 x 3 heads x length keys x rows per block), counts past ``n_pos`` clamped or not,
@@ -86,8 +87,9 @@ def _cope_inputs(length, n_pos, gate_shift, seed=0):
     return q, k + gate_shift, v, torch.randn(8, n_pos, generator=gen, dtype=torch.float64)
 
 
-@pytest.mark.parametrize(("length", "n_pos", "band", "block"), [(77, 4, 16, 16), (300, 16, 64, 32), (1000, 8, 40, 128),
-                                                                 (513, 8, 512, 64)])
+@pytest.mark.parametrize(
+    ("length", "n_pos", "band", "block"), [(77, 4, 16, 16), (300, 16, 64, 32), (1000, 8, 40, 128), (513, 8, 512, 64)]
+)
 def test_cope_far_keys_through_one_fused_call_equal_the_papers_computation(length, n_pos, band, block):
     """Gates open enough for every count to reach n_pos - 1 within the band: float64 equals the whole computation
     (posenc.functional.cope_attention, itself tested against the paper's code); lengths that are and are not
@@ -129,8 +131,10 @@ def test_pope_score_is_magnitudes_times_cosine_of_relative_phase():
     for h in range(2):
         for t in range(6):
             for s in range(6):
-                want = sum(sp(q[0, h, t, c]) * sp(k[0, h, s, c]) * math.cos((t - s) * inv_freq[c] - phase[h, c])
-                           for c in range(4)) / math.sqrt(4)
+                want = sum(
+                    sp(q[0, h, t, c]) * sp(k[0, h, s, c]) * math.cos((t - s) * inv_freq[c] - phase[h, c])
+                    for c in range(4)
+                ) / math.sqrt(4)
                 torch.testing.assert_close(got[0, h, t, s], want)
 
 
@@ -189,9 +193,11 @@ def test_pope_gradients_are_autograds_through_the_reference_formula(leaves):
     batch) against autograd through the stacked formula, float64, with a phase clamped at both ends; scores
     only (the order of the cosine and sine parts is free)."""
     gen = torch.Generator().manual_seed(5)
-    inputs = {"q": torch.randn(2, 3, 9, 6, generator=gen, dtype=torch.float64) * 3,
-              "k": torch.randn(2, 3, 9, 6, generator=gen, dtype=torch.float64) * 3,
-              "phase": torch.tensor([-7.0, -1.0, 0.5, -2.0, -6.0, -0.3], dtype=torch.float64).repeat(3, 1)}
+    inputs = {
+        "q": torch.randn(2, 3, 9, 6, generator=gen, dtype=torch.float64) * 3,
+        "k": torch.randn(2, 3, 9, 6, generator=gen, dtype=torch.float64) * 3,
+        "phase": torch.tensor([-7.0, -1.0, 0.5, -2.0, -6.0, -0.3], dtype=torch.float64).repeat(3, 1),
+    }
     weight = torch.randn(2, 3, 9, 9, generator=gen, dtype=torch.float64)
     got, want = [], []
     for fn, out in ((pf.pope_qk, got), (_pope_stacked, want)):
@@ -208,8 +214,7 @@ def test_pope_gradients_pass_gradcheck_and_keep_bfloat16_inputs_dtype():
     q, k = (torch.randn(1, 2, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(2))
     phase = torch.full((2, 4), -0.4, dtype=torch.float64, requires_grad=True)
     inv_freq = pf.pope_inv_freq(4).double()
-    assert torch.autograd.gradcheck(lambda *t: pf.pope_qk(t[0], t[1], torch.arange(5), inv_freq, t[2]),
-                                    (q, k, phase))
+    assert torch.autograd.gradcheck(lambda *t: pf.pope_qk(t[0], t[1], torch.arange(5), inv_freq, t[2]), (q, k, phase))
     qb = torch.randn(1, 2, 5, 4, dtype=torch.bfloat16, requires_grad=True)
     q2, k2 = pf.pope_qk(qb, qb, torch.arange(5), pf.pope_inv_freq(4), torch.zeros(2, 4))
     assert q2.dtype == torch.bfloat16 and k2.shape == (1, 2, 5, 8)
@@ -222,8 +227,9 @@ def test_cope_attention_gradient_of_each_input_alone_equals_the_papers_computati
     """CoPE's written-out backward (``CopeAttention``) when one input alone wants a gradient: that gradient is the
     dense float64 computation's, at a length of several blocks with counts clamped."""
     gen = torch.Generator().manual_seed(3)
-    inputs = dict(zip(("q", "k", "v"), (torch.randn(2, 3, 70, 8, generator=gen, dtype=torch.float64) * 2
-                                         for _ in range(3))))
+    inputs = dict(
+        zip(("q", "k", "v"), (torch.randn(2, 3, 70, 8, generator=gen, dtype=torch.float64) * 2 for _ in range(3)))
+    )
     inputs["pos_emb"] = torch.randn(8, 12, generator=gen, dtype=torch.float64)
     weight = torch.randn(2, 3, 70, 8, generator=gen, dtype=torch.float64)
     grads = []
@@ -248,8 +254,9 @@ def test_cope_attention_float32_gradients_are_as_close_to_float64_as_autograds()
         return [t.grad.double() for t in leaves]
 
     exact = gradients(_cope_dense, torch.float64)
-    for got, reference, want in zip(gradients(pf.cope_attention, torch.float32),
-                                    gradients(_cope_dense, torch.float32), exact):
+    for got, reference, want in zip(
+        gradients(pf.cope_attention, torch.float32), gradients(_cope_dense, torch.float32), exact
+    ):
         assert (got - want).abs().max() <= 2 * (reference - want).abs().max() + 1e-6
 
 
@@ -259,8 +266,12 @@ def test_cope_attention_with_gates_that_round_to_one_counts_every_key():
     gen = torch.Generator().manual_seed(5)
     direction = torch.randn(8, generator=gen, dtype=torch.float64)
     base = direction.expand(1, 2, 45, 8) * 40 + 0.1 * torch.randn(1, 2, 45, 8, generator=gen, dtype=torch.float64)
-    inputs = [base, base.clone(), torch.randn(1, 2, 45, 8, generator=gen, dtype=torch.float64),
-              torch.randn(8, 64, generator=gen, dtype=torch.float64)]
+    inputs = [
+        base,
+        base.clone(),
+        torch.randn(1, 2, 45, 8, generator=gen, dtype=torch.float64),
+        torch.randn(8, 64, generator=gen, dtype=torch.float64),
+    ]
     results = []
     for fn in (pf.cope_attention, _cope_dense):
         leaves = [t.clone().requires_grad_() for t in inputs]

@@ -189,8 +189,9 @@ def test_fire_mlp_on_the_unit_interval_is_the_mlp_with_straight_units_folded():
     kinks = -b1 / w1[:, 0]
     assert w.numel() == int(((kinks > 0) & (kinks < 1)).sum()) < 32 and 1.0 * 2 in w.tolist()
     x = torch.linspace(0, 1, 101)
-    folded = (slope[:, None] * x + intercept[:, None]
-              + (w2_[:, :, None] * torch.relu(w[:, None] * x + b[:, None])).sum(1))
+    folded = (
+        slope[:, None] * x + intercept[:, None] + (w2_[:, :, None] * torch.relu(w[:, None] * x + b[:, None])).sum(1)
+    )
     # both sides sum the 32 units' w2 relu(w1 x + b1) (the folded side its slope and intercept too) in float32:
     # each output at most gamma(3 * 32 + 4) of the magnitudes summed, sum_i |w2_i| (|w1_i x| + |b1_i|) + |b2|
     magnitude = w2.abs() @ (w1.abs() * x + b1.abs()[:, None]) + b2.abs()[:, None]  # [4, 101]

@@ -56,5 +56,7 @@ def test_fire_mlp_pieces_without_kinks_is_affine():
     w2, b2 = torch.tensor([[1.0, 5.0, 1.0]]), torch.tensor([0.5])
     breakpoints, slopes, intercepts = pf.fire_mlp_pieces(w1, b1, w2, b2)
     assert breakpoints.numel() == 0 and slopes.tolist() == [[0.0]] and intercepts.tolist() == [[3.5]]
-    torch.testing.assert_close(pf.fire_mlp_piecewise(torch.tensor([-7.0, 0.3]), (breakpoints, slopes, intercepts)),
-                               pf.fire_mlp(torch.tensor([-7.0, 0.3]), w1, b1, w2, b2))
+    torch.testing.assert_close(
+        pf.fire_mlp_piecewise(torch.tensor([-7.0, 0.3]), (breakpoints, slopes, intercepts)),
+        pf.fire_mlp(torch.tensor([-7.0, 0.3]), w1, b1, w2, b2),
+    )

@@ -183,8 +183,9 @@ def test_xpos_scores_decay_with_distance():
     scores = xk[0, : 4096 - 1 : 512] @ xq[0, -1]  # query at the end, keys ever closer
     assert torch.all(scores[1:] > scores[:-1])
     # float64: zeta**(+-100/512) (pow 2, exponent 1, product 1) per term, 16 terms summed, result d = 16
-    torch.testing.assert_close(xq[0, 100] @ xk[0, 100], torch.tensor(float(d), dtype=torch.float64),
-                               **tol(torch.float64, 4 + 16, 2.0))
+    torch.testing.assert_close(
+        xq[0, 100] @ xk[0, 100], torch.tensor(float(d), dtype=torch.float64), **tol(torch.float64, 4 + 16, 2.0)
+    )
 
 
 def test_xpos_score_is_translation_invariant():

@@ -139,8 +139,9 @@ def test_relative_scores_take_any_positions_and_broadcast():
     assert ((got - want).abs()[:, mask] <= bound[:, mask]).all()
 
 
-@pytest.mark.parametrize(("length", "n_heads", "scale_base"), [(1, 1, 4.0), (77, 3, 2.0), (300, 2, 4.0),
-                                                                (1000, 1, 16.0), (1000, 3, 512.0)])
+@pytest.mark.parametrize(
+    ("length", "n_heads", "scale_base"), [(1, 1, 4.0), (77, 3, 2.0), (300, 2, 4.0), (1000, 1, 16.0), (1000, 3, 512.0)]
+)
 def test_window_attention_equals_the_float64_softmax_of_the_formula(length, n_heads, scale_base):
     """Fused attention window by window (windows of about 96 positions at scale_base 4, so many windows and
     lengths that are not multiples of them; one window at scale_base 512) gives the float64 softmax of the

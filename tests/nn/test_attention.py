@@ -7,9 +7,9 @@ import itertools
 import pytest
 import torch
 
-from posenc.nn.attention import CausalAttention, _causal
 from posenc.encoders import ENCODERS, AttentionShape, build_encoder
 from posenc.errors import ConfigError
+from posenc.nn.attention import CausalAttention, _causal
 
 
 def test_chunked_bias_attention_equals_dense_reference():
@@ -213,8 +213,9 @@ def test_linear_bias_is_used_only_where_it_is_exact():
     assert attend.linear_bias(q, k, v, torch.arange(200), twelve.slopes) is None
     with torch.no_grad():
         out = attend(q, k, v, torch.arange(200), twelve)  # falls back to its distance table
-    torch.testing.assert_close(out.double(), _dense_reference(q.double(), k.double(), v.double(), twelve),
-                               atol=2e-6, rtol=0)
+    torch.testing.assert_close(
+        out.double(), _dense_reference(q.double(), k.double(), v.double(), twelve), atol=2e-6, rtol=0
+    )
     four = build_encoder("alibi", AttentionShape(32, 4), 64)
     assert attend.linear_bias(q[:, :4], k[:, :4], v[:, :4], torch.arange(200), four.slopes) is not None
     assert attend.linear_bias_exact is True  # this machine's fused SDPA sums the leading dimensions first
@@ -354,13 +355,16 @@ def test_values_narrower_than_queries_equal_the_math_reference():
     q, k = torch.randn(2, 2, 3, 37, 16, dtype=torch.float64)
     v = torch.randn(2, 3, 37, 8, dtype=torch.float64)
     causal = torch.ones(37, 37, dtype=torch.bool).tril()
-    scores = (q @ k.transpose(-1, -2) / 16 ** 0.5).masked_fill(~causal, float("-inf"))
+    scores = (q @ k.transpose(-1, -2) / 16**0.5).masked_fill(~causal, float("-inf"))
     torch.testing.assert_close(_fused_causal(q, k, v, 0.0), scores.softmax(-1) @ v)
 
 
 # The columns of posenc/nn/attention.py's table of the paths each built-in takes: (sequence length, training)
-DOCUMENTED_SETTINGS = {"CPU training": (2048, True), "CPU inference, 512": (512, False),
-                       "CPU inference, 2048": (2048, False)}
+DOCUMENTED_SETTINGS = {
+    "CPU training": (2048, True),
+    "CPU inference, 512": (512, False),
+    "CPU inference, 2048": (2048, False),
+}
 
 
 def _documented_paths() -> dict[str, dict[str, tuple[str, ...]]]:
@@ -372,7 +376,7 @@ def _documented_paths() -> dict[str, dict[str, tuple[str, ...]]]:
     header = [cell.strip() for cell in lines[start].strip("|").split("|")][1:]
     assert header == list(DOCUMENTED_SETTINGS)
     table = {}
-    for line in itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2:]):
+    for line in itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2 :]):
         names, *cells = (cell.strip() for cell in line.strip("|").split("|"))
         for name in names.split(", "):
             table[name] = {col: tuple(cell.split(" > ")) for col, cell in zip(header, cells, strict=True)}

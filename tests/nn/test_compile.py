@@ -13,6 +13,13 @@ def test_an_encoder_that_carries_keys_between_hooks_trains_compiled(encoder, tmp
     """xPos hands its relative path's keys from rotate to data_bias in a tensor's __dict__, which torch.compile
     cannot trace: those hooks run outside the compiled graph (the first GPU check found
     InternalTorchDynamoError on CUDA; the same failed here before the fix)."""
-    result = posenc_cli("train", f"encoder={encoder}", "train.compile=true", *TINY, f"hydra.run.dir={tmp_path / 'r'}",
-                        cwd=tmp_path, timeout=900)
+    result = posenc_cli(
+        "train",
+        f"encoder={encoder}",
+        "train.compile=true",
+        *TINY,
+        f"hydra.run.dir={tmp_path / 'r'}",
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-2000:]

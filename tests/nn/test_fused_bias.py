@@ -6,12 +6,12 @@ import copy
 
 import pytest
 import torch
+from rounding import attention_bound, gamma
 
-from posenc.nn import fused_bias
-from posenc.nn.attention import TABLE_QUERY_BLOCK, CausalAttention
 from posenc.encoders import ENCODERS, AttentionShape, build_encoder
 from posenc.functional import data_dependent as F_dd
-from rounding import attention_bound, gamma
+from posenc.nn import fused_bias
+from posenc.nn.attention import TABLE_QUERY_BLOCK, CausalAttention
 
 TABLE_ENCODERS = ["alibi", "t5", "kerple"]  # stated: a distance_table lost by accident fails here
 
@@ -36,8 +36,11 @@ def _spread(encoder, seed):
 
 
 def test_the_encoders_with_a_distance_table_are_known():
-    with_table = [n for n in ENCODERS.builtins()
-                  if ENCODERS[n].has_score_bias and build_encoder(n, AttentionShape(32, 4), 64).distance_table(8) is not None]
+    with_table = [
+        n
+        for n in ENCODERS.builtins()
+        if ENCODERS[n].has_score_bias and build_encoder(n, AttentionShape(32, 4), 64).distance_table(8) is not None
+    ]
     assert with_table == TABLE_ENCODERS
 
 
@@ -119,8 +122,13 @@ def test_auto_inference_takes_the_table_where_no_cheaper_structure_applies(monke
     monkeypatch.setattr(fused_bias.F, "scaled_dot_product_attention", sdpa)
     q, k, v = (torch.randn(1, 12, 1100, 8) for _ in range(3))  # 1100: two query blocks, past far_constant's start
     taken, mask_bytes = {}, {}
-    for name, heads, lengths in (("kerple", 4, (500, 1100)), ("alibi", 12, (500, 1100)), ("alibi", 4, (500, 1100)),
-                                 ("t5", 4, (500, 1100)), ("fire", 4, (500,))):
+    for name, heads, lengths in (
+        ("kerple", 4, (500, 1100)),
+        ("alibi", 12, (500, 1100)),
+        ("alibi", 4, (500, 1100)),
+        ("t5", 4, (500, 1100)),
+        ("fire", 4, (500,)),
+    ):
         encoder, attend = build_encoder(name, AttentionShape(8 * heads, heads), 64), _Spy()
         masks.clear()
         with torch.no_grad():
@@ -286,5 +294,6 @@ def test_fox_and_cope_on_cuda_equal_the_float64_reference():
     q, k, v = (torch.randn(2, 3, 300, 8, generator=gen, dtype=torch.float64) for _ in range(3))
     pos_emb = torch.randn(8, 16, generator=gen, dtype=torch.float64)
     want = F_dd.cope_attention(q, k, v, pos_emb)
-    torch.testing.assert_close(F_dd.cope_attention(*(t.float().cuda() for t in (q, k, v, pos_emb))).double().cpu(),
-                               want, atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        F_dd.cope_attention(*(t.float().cuda() for t in (q, k, v, pos_emb))).double().cpu(), want, atol=1e-4, rtol=0
+    )

@@ -11,13 +11,13 @@ import pytest
 import torch
 from conftest import compose_dict, tiny_config, tiny_dict
 
-from posenc.running.checkpoint import comparable, config_difference, load_training_state, save_training_state
-from posenc.running.config import run_config_from_dict
+from posenc.analysis.store import run_identity
 from posenc.encoders import build_encoder
 from posenc.errors import ConfigError, PosencError
 from posenc.nn.mixers import DEFAULT_MIXER, FFT_MIN_TAPS, MIXERS, SHORT_TAPS, BaseConv, base_conv_taps, causal_conv
 from posenc.nn.model import CausalSelfAttention, ModelConfig, Transformer
-from posenc.analysis.store import run_identity
+from posenc.running.checkpoint import comparable, config_difference, load_training_state, save_training_state
+from posenc.running.config import run_config_from_dict
 
 CFG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=4, d_mlp=64, mixer="base_conv")
 TRAIN_LENGTH = 24
@@ -31,6 +31,7 @@ def conv_model(seed: int = 0, n_layers: int = 2, train_length: int = TRAIN_LENGT
 
 # --- the mixer --------------------------------------------------------------------------------------------
 
+
 def naive_conv(x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """y_t = sum_{j <= t, j < taps} h[:, j] * x_{t-j}, by loops."""
     b, s, d = x.shape
@@ -41,13 +42,17 @@ def naive_conv(x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     return y
 
 
-@pytest.mark.parametrize("taps, length", [(1, 5), (3, 9), (8, 8), (8, 20), (24, 10), (FFT_MIN_TAPS + 8, 90),
-                                          (FFT_MIN_TAPS + 8, 40)])
+@pytest.mark.parametrize(
+    "taps, length", [(1, 5), (3, 9), (8, 8), (8, 20), (24, 10), (FFT_MIN_TAPS + 8, 90), (FFT_MIN_TAPS + 8, 40)]
+)
 def test_causal_conv_is_the_causal_convolution_with_a_filter_zero_past_its_length(taps, length):
     """Direct (at most FFT_MIN_TAPS taps) and FFT paths alike: the formula, by loops; a sequence shorter than
     the filter uses its first taps, a longer one sees zero past the filter's end."""
     g = torch.Generator().manual_seed(taps * 100 + length)
-    x, h = torch.randn(2, length, 5, generator=g, dtype=torch.float64), torch.randn(5, taps, generator=g, dtype=torch.float64)
+    x, h = (
+        torch.randn(2, length, 5, generator=g, dtype=torch.float64),
+        torch.randn(5, taps, generator=g, dtype=torch.float64),
+    )
     torch.testing.assert_close(causal_conv(x, h), naive_conv(x, h))
 
 
@@ -119,8 +124,11 @@ def test_parameter_counts_at_the_headline_retrieval_width():
     about a third of attention's parameters (the counts the Zoology mixers claim's caveat quotes)."""
     counts = {}
     for encoder, mixer in (("rope", "attention"), ("nope", "base_conv")):
-        cfg = run_config_from_dict(compose_dict(["experiment=headline_retrieval", "task=retrieval",
-                                                 f"encoder={encoder}", f"model.mixer={mixer}"]))
+        cfg = run_config_from_dict(
+            compose_dict(
+                ["experiment=headline_retrieval", "task=retrieval", f"encoder={encoder}", f"model.mixer={mixer}"]
+            )
+        )
         model = cfg.build()[2]
         mixers = sum(p.numel() for block in model.blocks for p in block.attn.parameters())
         counts[mixer] = (mixers, sum(p.numel() for p in model.parameters()))
@@ -152,12 +160,16 @@ def test_a_base_conv_run_trains_and_loads(tmp_path):
 
 # --- configuration ------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("encoder", ["rope", "alibi", "schedule"])
 def test_base_conv_takes_nope_only(encoder):
     with pytest.raises(ConfigError) as err:
         tiny_config(f"encoder={encoder}", "model.mixer=base_conv")
     message = str(err.value)
-    assert message == f"model.mixer=base_conv takes encoder=nope (a convolution reads no positional encoding), got encoder={encoder}"
+    assert (
+        message == "model.mixer=base_conv takes encoder=nope (a convolution reads no positional encoding), got "
+        f"encoder={encoder}"
+    )
     assert "\n" not in message
 
 
@@ -173,8 +185,15 @@ def test_precheck_refuses_base_conv_with_an_encoder_before_hydra_starts():
 
     with pytest.raises(ConfigError, match="model.mixer=base_conv takes encoder=nope"):
         precheck(["-m", "experiment=headline_retrieval", "model.mixer=base_conv", "encoder=nope,rope", "seed=0"])
-    precheck(["experiment=headline_retrieval", "task=retrieval", "encoder=nope", "model.mixer=base_conv",
-              "hydra.run.dir=/tmp/posenc-test-mixers-unused"])
+    precheck(
+        [
+            "experiment=headline_retrieval",
+            "task=retrieval",
+            "encoder=nope",
+            "model.mixer=base_conv",
+            "hydra.run.dir=/tmp/posenc-test-mixers-unused",
+        ]
+    )
 
 
 def test_the_run_folder_names_a_non_default_mixer():
@@ -187,6 +206,7 @@ def test_the_run_folder_names_a_non_default_mixer():
 
 
 # --- identity of runs recorded before model.mixer existed ---------------------------------------------------
+
 
 def without_mixer(config: dict) -> dict:
     old = copy.deepcopy(config)

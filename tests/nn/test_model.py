@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from rounding import gamma
 
 from posenc.encoders import ENCODERS, AttentionShape, build_encoder
 from posenc.errors import ConfigError
 from posenc.nn.model import ModelConfig, Transformer
-from rounding import gamma
 
 CFG = ModelConfig(vocab_size=20, d_model=32, n_layers=2, n_heads=4, d_mlp=64)
 

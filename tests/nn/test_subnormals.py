@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posenc.nn import fused_bias
-from posenc.nn.attention import CausalAttention
 from posenc.encoders import build_encoder
 from posenc.functional import alibi_slopes
+from posenc.nn import fused_bias
+from posenc.nn.attention import CausalAttention
 from posenc.nn.model import ModelConfig
 from posenc.nn.subnormals import flush_subnormals, flushing
 

@@ -2,6 +2,8 @@
 
 import pytest
 
+from posenc.encoders import ENCODERS
+from posenc.errors import PosencError
 from posenc.files import check_out_folder
 from posenc.running.arguments import (
     MAX_DISTANCE,
@@ -12,8 +14,6 @@ from posenc.running.arguments import (
     parse_lengths,
     parse_scalings,
 )  # fmt: skip
-from posenc.encoders import ENCODERS
-from posenc.errors import PosencError
 from posenc.running.extrapolate import scaling_label
 
 
@@ -73,11 +73,15 @@ def test_parse_scalings_reads_method_options_after_a_colon():
     from posenc.functional.rope_scaling_spec import RopeScaling
 
     got = parse_scalings("none,yarn:beta_fast=16,beta_slow=2,llama3:low_freq_factor=2,high_freq_factor=8,ntk")
-    assert got == [RopeScaling("none"), RopeScaling("yarn", None, (("beta_fast", 16.0), ("beta_slow", 2.0))),
-                   RopeScaling("llama3", None, (("high_freq_factor", 8.0), ("low_freq_factor", 2.0))),
-                   RopeScaling("ntk")]
+    assert got == [
+        RopeScaling("none"),
+        RopeScaling("yarn", None, (("beta_fast", 16.0), ("beta_slow", 2.0))),
+        RopeScaling("llama3", None, (("high_freq_factor", 8.0), ("low_freq_factor", 2.0))),
+        RopeScaling("ntk"),
+    ]
     assert parse_scalings("yarn:truncate=false,original_max_position_embeddings=16", 4.0) == [
-        RopeScaling("yarn", 4.0, (("original_max_position_embeddings", 16), ("truncate", False)))]
+        RopeScaling("yarn", 4.0, (("original_max_position_embeddings", 16), ("truncate", False)))
+    ]
     assert [s.label() for s in parse_scalings("yarn,yarn:beta_fast=8")] == ["yarn", "yarn(beta_fast=8)"]
     # one label per setting: defaults given explicitly and the order of options do not make another row
     assert parse_scalings("yarn:beta_fast=32,yarn") == [RopeScaling("yarn")]
@@ -96,7 +100,10 @@ def test_parse_scalings_reads_method_options_after_a_colon():
     ("none:x=1", "--rope-scaling: none has no option 'x'"),
     ("llama3:low_freq_factor=-1", "--rope-scaling: llama3: option low_freq_factor must be a finite number > 0"),
     ("llama3:low_freq_factor=5", "--rope-scaling: llama3: need high_freq_factor > low_freq_factor > 0"),
-    ("yarn:original_max_position_embeddings=1.5", "--rope-scaling: yarn: original_max_position_embeddings must be a number (int)"),
+    (
+        "yarn:original_max_position_embeddings=1.5",
+        "--rope-scaling: yarn: original_max_position_embeddings must be a number (int)",
+    ),
 ])  # fmt: skip
 def test_parse_scalings_refuses_bad_options_in_one_line(text, message):
     with pytest.raises(PosencError) as err:

@@ -13,8 +13,8 @@ import torch
 from conftest import TINY, posenc_cli, tiny_config, tiny_dict
 
 from posenc import files as run_files
-from posenc.running.checkpoint import config_difference, rng_states, set_rng_states
 from posenc.errors import PosencError
+from posenc.running.checkpoint import config_difference, rng_states, set_rng_states
 from posenc.running.train import train
 
 # Long enough (a second or two of steps) that a kill lands mid-training; checkpoints every 7 steps.
@@ -22,8 +22,13 @@ LONG = [*TINY, "train.steps=600", "train.checkpoint_every=7", "train.log_every=2
 # A budget no test run gets through (hours of steps), without mastery checks that could end it early: a stop
 # signal sent once the loop runs always lands mid-training, the only way such a run ends within the test.
 ENDLESS_STEPS = 10_000_000
-ENDLESS = [*TINY, f"train.steps={ENDLESS_STEPS}", "train.checkpoint_every=7", "train.log_every=25",
-           "train.check_every=0"]
+ENDLESS = [
+    *TINY,
+    f"train.steps={ENDLESS_STEPS}",
+    "train.checkpoint_every=7",
+    "train.log_every=25",
+    "train.check_every=0",
+]
 
 
 def metrics_without_time(run: Path) -> dict:
@@ -39,7 +44,10 @@ def weights(run: Path) -> dict:
 def start_training(cwd: Path, run: str, *extra: str, config: list[str] = LONG) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "posenc", "train", *config, f"hydra.run.dir={run}", *extra],
-        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -130,8 +138,14 @@ def test_how_switches_do_not_block_resuming(tmp_path):
     state["step"] = 4  # pretend it stopped half way
     torch.save(state, tmp_path / run_files.CHECKPOINT_FILE)
     (tmp_path / run_files.METRICS_FILE).unlink()
-    switched = ("train.steps=8", "train.checkpoint_every=2", "train.compile=false", "model.attention=blocked",
-                "train.log_every=1", "train.eval_sequences=3")
+    switched = (
+        "train.steps=8",
+        "train.checkpoint_every=2",
+        "train.compile=false",
+        "model.attention=blocked",
+        "train.log_every=1",
+        "train.eval_sequences=3",
+    )
     metrics = train(tiny_config(*switched), tmp_path, tiny_dict(*switched))
     assert metrics["steps"] == 8
 
@@ -144,7 +158,8 @@ def test_resume_from_another_run_directory(tmp_path):
     resumed = [*("train.steps=8", "train.checkpoint_every=4"), f"resume={tmp_path / 'a'}"]
     metrics = train(tiny_config(*resumed), tmp_path / "d", tiny_dict(*resumed))
     assert metrics == json.loads((tmp_path / "a" / run_files.METRICS_FILE).read_text()) | {
-        "train_seconds": metrics["train_seconds"]}
+        "train_seconds": metrics["train_seconds"]
+    }
     with pytest.raises(PosencError, match="no checkpoint there"):
         train(tiny_config(f"resume={tmp_path / 'nowhere'}"), tmp_path / "c", tiny_dict())
 

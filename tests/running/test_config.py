@@ -10,11 +10,11 @@ import yaml
 from conftest import compose_dict, tiny_config
 
 import posenc.conf
-from posenc.running.config import TrainConfig, check_no_ignored_settings, run_config_from_dict
 from posenc.encoders import ENCODERS
 from posenc.errors import ConfigError
 from posenc.nn.model import ModelConfig
 from posenc.options import keyword_options
+from posenc.running.config import TrainConfig, check_no_ignored_settings, run_config_from_dict
 from posenc.tasks import TASKS
 
 
@@ -38,8 +38,9 @@ def test_every_encoder_and_task_composes_and_builds(encoder, task):
 
 
 def test_overrides_reach_the_typed_config():
-    cfg = tiny_config("seed=7", "task.length=32", "train.steps=9", "model.n_layers=3", "encoder=xpos",
-                      "encoder.gamma=0.5")
+    cfg = tiny_config(
+        "seed=7", "task.length=32", "train.steps=9", "model.n_layers=3", "encoder=xpos", "encoder.gamma=0.5"
+    )
     assert (cfg.seed, cfg.task.length, cfg.train.steps, cfg.model.n_layers) == (7, 32, 9, 3)
     assert cfg.encoder.options["gamma"] == 0.5
 
@@ -97,22 +98,37 @@ def test_a_setting_the_rest_would_ignore_is_refused_before_training(overrides, m
         check_no_ignored_settings(cfg)
 
 
-@pytest.mark.parametrize("overrides", [
-    "task.variable_length=true task.min_length=8 task.length_draw=batch",  # each one used
-    "model.attention=blocked encoder=alibi",
-    "model.attention=flex encoder=t5",
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        "task.variable_length=true task.min_length=8 task.length_draw=batch",  # each one used
+        "model.attention=blocked encoder=alibi",
+        "model.attention=flex encoder=t5",
+    ],
+)
 def test_settings_that_take_effect_pass(overrides):
     check_no_ignored_settings(tiny_config(*overrides.split()))
 
 
 def test_ignored_settings_are_refused_by_posenc_train_in_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "posenc", "train", "task.min_length=8", "train.steps=1",
-                             f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "posenc",
+            "train",
+            "task.min_length=8",
+            "train.steps=1",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: task.min_length=8 applies only with task.variable_length=true (task.variable_length is false: "
-        "every sequence has task.length tokens)"]
+        "every sequence has task.length tokens)"
+    ]
     assert not (tmp_path / "run").exists()
 
 
@@ -156,13 +172,18 @@ def _yaml(group: str, name: str) -> dict:
 def test_registry_yaml_options_are_the_code_defaults(group, registry):
     for name in registry.builtins():  # a plugin has no conf/ file: its config is made from the code
         cls = registry[name]
-        options = {k: v for k, v in _yaml(group, name).items() if k not in ("name", "length", "min_length",
-                                                                           "variable_length", "length_draw")}
+        options = {
+            k: v
+            for k, v in _yaml(group, name).items()
+            if k not in ("name", "length", "min_length", "variable_length", "length_draw")
+        }
         assert options == keyword_options(cls), f"conf/{group}/{name}.yaml"
 
 
-@pytest.mark.parametrize("group, name, cls, skip", [("model", "small", ModelConfig, {"vocab_size"}),
-                                                    ("train", "default", TrainConfig, set())])
+@pytest.mark.parametrize(
+    "group, name, cls, skip",
+    [("model", "small", ModelConfig, {"vocab_size"}), ("train", "default", TrainConfig, set())],
+)
 def test_preset_yaml_is_the_dataclass_defaults(group, name, cls, skip):
     defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.name not in skip}
     assert _yaml(group, name) == defaults

@@ -71,11 +71,13 @@ def test_hook_kernel_of_rope_is_the_formula():
     # float64 throughout: each angle (at most 300 rad) 300 u off, each factor's cos, sin and product a few u
     # more; a partial sum of up to 16 unit factors, or the mean of 32 products: at most 2 * 32 * 304 u
     tolerance = 2 * 32 * 304 * unit_roundoff(torch.float64)
-    torch.testing.assert_close(torch.tensor(bound["value"].values), pf.roformer_bound(distances, inv_freq),
-                               rtol=0, atol=tolerance)
+    torch.testing.assert_close(
+        torch.tensor(bound["value"].values), pf.roformer_bound(distances, inv_freq), rtol=0, atol=tolerance
+    )
     score = torch.tensor(curve(table, "rotary")["value"].values)  # all-ones q.k = mean_j cos(d theta_j)
-    torch.testing.assert_close(score, torch.cos(torch.outer(distances.double(), inv_freq)).mean(-1),
-                               rtol=0, atol=tolerance)
+    torch.testing.assert_close(
+        score, torch.cos(torch.outer(distances.double(), inv_freq)).mean(-1), rtol=0, atol=tolerance
+    )
 
 
 def test_alibi_kernel_is_minus_slope_times_distance():

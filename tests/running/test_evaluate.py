@@ -4,12 +4,11 @@ import math
 
 import numpy as np
 import pytest
-
 import torch
+from rounding import gamma
 
 from posenc.running.evaluate import MIN_SEQUENCES, Scores, default_sequences, eval_generator
 from posenc.tasks import Batch
-from rounding import gamma
 
 
 def test_scores_by_hand():
@@ -40,8 +39,9 @@ def test_scores_add_up_over_batches():
 
 
 def test_eval_data_is_fixed_per_length():
-    assert torch.equal(torch.randint(9, (5,), generator=eval_generator(64)),
-                       torch.randint(9, (5,), generator=eval_generator(64)))
+    assert torch.equal(
+        torch.randint(9, (5,), generator=eval_generator(64)), torch.randint(9, (5,), generator=eval_generator(64))
+    )
     assert default_sequences(64) == 512 and default_sequences(512) == 64
     assert default_sequences(8192) == MIN_SEQUENCES == 64  # never fewer than 64 sequences, at any length
     assert default_sequences(100_000) == 64 and default_sequences(8192, minimum=4) == 4

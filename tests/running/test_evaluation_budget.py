@@ -1,4 +1,5 @@
-"""posenc/running/evaluation_budget.py: the time an evaluation will take, estimated before any work: shown when long, refused past
+"""posenc/running/evaluation_budget.py: the time an evaluation will take, estimated before any work: shown when
+long, refused past
 --max-hours."""
 
 from __future__ import annotations
@@ -47,8 +48,20 @@ def test_the_matmul_rate_is_measured_quickly():
 
 def test_a_huge_request_is_refused_in_one_line_before_any_work(trained_runs, tmp_path):
     for command, out in [("extrapolate", "tables"), ("compare", "report")]:
-        result = posenc_cli(command, "--runs", str(trained_runs), "--lengths", "1048576", "--sequences", "100000",
-                            "--no-memory-check", "--out", out, cwd=tmp_path, timeout=120)
+        result = posenc_cli(
+            command,
+            "--runs",
+            str(trained_runs),
+            "--lengths",
+            "1048576",
+            "--sequences",
+            "100000",
+            "--no-memory-check",
+            "--out",
+            out,
+            cwd=tmp_path,
+            timeout=120,
+        )
         assert result.returncode == 2, result.stderr
         assert "Traceback" not in result.stderr
         lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -58,13 +71,14 @@ def test_a_huge_request_is_refused_in_one_line_before_any_work(trained_runs, tmp
 
 
 def test_a_long_evaluation_is_announced_and_max_hours_raises_the_limit(tmp_path, always_learns, monkeypatch):
-    import posenc.running.evaluation_budget
     import posenc.analysis.run_folder
+    import posenc.running.evaluation_budget
 
     monkeypatch.chdir(tmp_path)
     learned_run(tmp_path / "run")
     flops = posenc.running.evaluation_budget.time_estimate(
-        {"r": posenc.analysis.run_folder.run_config(tmp_path / "run")}, {"r": [16, 32]}, {"r": ["none"]}, 4, 1.0)
+        {"r": posenc.analysis.run_folder.run_config(tmp_path / "run")}, {"r": [16, 32]}, {"r": ["none"]}, 4, 1.0
+    )
     monkeypatch.setattr(posenc.running.evaluation_budget, "matmul_rate", lambda device: flops / (30 * 3600))  # 30 h
     args = ["extrapolate", "--runs", "run", "--lengths", "16,32", "--sequences", "4", "--out", "tables"]
     result = runner.invoke(app, args)

@@ -6,21 +6,21 @@ import math
 import pytest
 from conftest import learned_run, tiny_config, tiny_dict
 
-from posenc.errors import PosencError
-from posenc.running.extrapolate import extrapolate, not_learned_note
 from posenc.analysis.run_folder import run_config
 from posenc.analysis.store import COLUMNS, POSITION_COLUMNS, SEQUENCE_COLUMNS, run_identity
+from posenc.running.extrapolate import extrapolate, not_learned_note
 
 
 def test_a_single_scaling_method_labels_only_rotary_runs_with_it(trained_runs):
     """`--rope-scaling yarn` alone: rope evaluated under YaRN, learned as trained (and labelled so)."""
-    from posenc.running.extrapolate import scaling_note
     from posenc.functional.rope_scaling_spec import RopeScaling
+    from posenc.running.extrapolate import scaling_note
     from posenc.running.runs import find_runs
 
     scalings = [RopeScaling("yarn")]
-    results, skipped = extrapolate(find_runs([trained_runs]), [16, 32], sequences=4, device="cpu",
-                                   progress=False, scalings=scalings)
+    results, skipped = extrapolate(
+        find_runs([trained_runs]), [16, 32], sequences=4, device="cpu", progress=False, scalings=scalings
+    )
     table = results.evaluations
     assert skipped == []
     assert dict(table.groupby("encoder")["scaling"].unique().map(list)) == {"learned": ["none"], "rope": ["yarn"]}
@@ -100,11 +100,11 @@ def test_extrapolate_skips_what_is_done(tmp_path, always_learns):
     first, _ = extrapolate([tmp_path / "run"], [16, 32], sequences=2, device="cpu", progress=False)
     done = first.done()
     assert len(done) == 2
-    again, skipped = extrapolate([tmp_path / "run"], [16, 32, 64], sequences=2, device="cpu", progress=False,
-                                 done=done)
+    again, skipped = extrapolate([tmp_path / "run"], [16, 32, 64], sequences=2, device="cpu", progress=False, done=done)
     assert list(again.evaluations["eval_length"]) == [64] and skipped == []
-    nothing, _ = extrapolate([tmp_path / "run"], [16, 32], sequences=2, device="cpu", progress=False, done=done,
-                             allow_empty=True)
+    nothing, _ = extrapolate(
+        [tmp_path / "run"], [16, 32], sequences=2, device="cpu", progress=False, done=done, allow_empty=True
+    )
     assert nothing.evaluations.empty and nothing.sequences.empty
 
 
@@ -126,8 +126,12 @@ def test_rope_method_options_change_results_and_name_their_rows(tmp_path, always
     scalings = parse_scalings("yarn,yarn:beta_fast=1,beta_slow=0.1,llama3,llama3:low_freq_factor=2,high_freq_factor=8")
     results, _ = extrapolate([tmp_path / "run"], [64], sequences=8, device="cpu", progress=False, scalings=scalings)
     rows = results.evaluations.set_index("scaling")
-    assert list(rows.index) == ["yarn", "yarn(beta_fast=1,beta_slow=0.1)", "llama3",
-                                "llama3(high_freq_factor=8,low_freq_factor=2)"]
+    assert list(rows.index) == [
+        "yarn",
+        "yarn(beta_fast=1,beta_slow=0.1)",
+        "llama3",
+        "llama3(high_freq_factor=8,low_freq_factor=2)",
+    ]
     assert rows.loc["yarn", "loss"] != rows.loc["yarn(beta_fast=1,beta_slow=0.1)", "loss"]
     assert rows.loc["llama3", "loss"] != rows.loc["llama3(high_freq_factor=8,low_freq_factor=2)", "loss"]
 

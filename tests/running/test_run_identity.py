@@ -31,8 +31,9 @@ from posenc.running.train import train
 
 def state_of(run: Path) -> dict[str, tuple[bytes, int]]:
     """Every file below ``run`` (hidden ones too), with its bytes and modification time."""
-    return {str(p.relative_to(run)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(run.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(run)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(run.rglob("*")) if p.is_file()
+    }
 
 
 def refused(run: Path, *overrides: str, match: str) -> str:
@@ -87,8 +88,11 @@ def test_files_of_another_run_beside_this_runs_checkpoint_are_refused(tmp_path):
     finished(tmp_path / "a")
     finished(tmp_path / "b", "seed=1")
     shutil.copy(tmp_path / "b" / run_files.METRICS_FILE, tmp_path / "a" / run_files.METRICS_FILE)
-    refused(tmp_path / "a", match=r"metrics.json belongs to a different run \(run \w+ in metrics.json, run \w+ in the "
-                                  "config trained now")
+    refused(
+        tmp_path / "a",
+        match=r"metrics.json belongs to a different run \(run \w+ in metrics.json, run \w+ in the "
+        "config trained now",
+    )
     finished(tmp_path / "c", "train.steps=6")
     shutil.copy(tmp_path / "c" / run_files.CONFIG_FILE, tmp_path / "b" / run_files.CONFIG_FILE)
     refused(tmp_path / "b", "seed=1", match=r"config.yaml belongs to a different run: seed \(0 there, 1 now\)")
@@ -102,9 +106,12 @@ def test_a_metrics_file_that_does_not_end_the_checkpoint_is_refused(tmp_path):
     state = torch.load(tmp_path / "run" / run_files.CHECKPOINT_FILE, weights_only=True)
     state["step"] = 4  # the finished run's metrics beside a checkpoint from half way
     torch.save(state, tmp_path / "run" / run_files.CHECKPOINT_FILE)
-    refused(tmp_path / "run", "train.steps=8", "train.checkpoint_every=4",
-            match="metrics.json does not end .*checkpoint.pt .training ended at step 8 there, the checkpoint is at "
-                  "step 4")
+    refused(
+        tmp_path / "run",
+        "train.steps=8",
+        "train.checkpoint_every=4",
+        match="metrics.json does not end .*checkpoint.pt .training ended at step 8 there, the checkpoint is at step 4",
+    )
 
 
 def test_a_checkpoint_copied_from_another_run_is_refused_not_read_under_the_folders_config(tmp_path):
@@ -171,8 +178,13 @@ RACING = [*TINY, "train.steps=300", "train.checkpoint_every=50", "train.log_ever
 
 
 def _start(cwd: Path, *overrides: str, config: list[str] = RACING) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "posenc", "train", *config, *overrides, "hydra.run.dir=run"],
-                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "posenc", "train", *config, *overrides, "hydra.run.dir=run"],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _one_run(run: Path) -> None:
@@ -198,8 +210,10 @@ def test_two_trainings_racing_into_one_folder_never_mix(tmp_path):
     while not (tmp_path / "run" / run_files.CONFIG_FILE).exists():  # it holds the lock from before this file
         assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
         time.sleep(0.02)
-    for overrides, message in (((), "is being written by another posenc train right now"),  # the same command
-                               (("encoder=alibi",), "")):  # another config: that, or its config.yaml is another's
+    for overrides, message in (
+        ((), "is being written by another posenc train right now"),  # the same command
+        (("encoder=alibi",), ""),
+    ):  # another config: that, or its config.yaml is another's
         second = _start(tmp_path, *overrides, config=ENDLESS)
         _, err = second.communicate(timeout=120)
         assert second.returncode == 2, err
@@ -234,8 +248,12 @@ def test_resume_from_elsewhere_never_writes_over_a_run(tmp_path):
     refused(other, *resume, match=r"config.yaml belongs to a different run: train.steps \(6 there, 8 now\)")
     copy = tmp_path / "copy"
     shutil.copytree(source, copy)  # this configuration's own finished run: still not written over
-    refused(copy, *resume, match=f"resume={source}: {copy} already holds checkpoint.pt, metrics.json, history.csv; "
-                                 "resume=PATH starts a run folder .* continue .* with resume=true")
+    refused(
+        copy,
+        *resume,
+        match=f"resume={source}: {copy} already holds checkpoint.pt, metrics.json, history.csv; "
+        "resume=PATH starts a run folder .* continue .* with resume=true",
+    )
     metrics = finished(source, *resume)  # resume=PATH naming the folder itself: resume=true
     assert metrics == json.loads((source / run_files.METRICS_FILE).read_text())
 
@@ -273,9 +291,11 @@ def mixed(tmp_path, always_learns) -> Path:
 def test_extrapolate_and_runs_refuse_a_folder_mixing_two_runs_naming_the_files(mixed):
     results, skipped = extrapolate([mixed, mixed.parent / "other"], [16], sequences=2, device="cpu", progress=False)
     assert set(results.evaluations["encoder"]) == {"alibi"}  # the whole run only
-    assert skipped == [f"{mixed}: checkpoint.pt and config.yaml are of different runs (encoder.name ('rope' in "
-                       "config.yaml, 'alibi' in checkpoint.pt)); a run folder holds one run's files: move the other "
-                       "run's away, or train the run again into an empty folder"]
+    assert skipped == [
+        f"{mixed}: checkpoint.pt and config.yaml are of different runs (encoder.name ('rope' in "
+        "config.yaml, 'alibi' in checkpoint.pt)); a run folder holds one run's files: move the other "
+        "run's away, or train the run again into an empty folder"
+    ]
     with pytest.raises(PosencError, match="checkpoint.pt and config.yaml are of different runs"):
         load_run(mixed)  # whoever loads the weights checks too
     notes: list[str] = []
@@ -315,16 +335,24 @@ def test_resuming_under_another_thread_count_says_so_in_one_warning(tmp_path, ca
         with caplog.at_level(logging.WARNING, logger="posenc.running.train"):
             finished(tmp_path, *short)
         lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "threads" in r.getMessage()]
-        assert lines == ([f"resuming under {torch.get_num_threads()} threads, where this run trained under {threads} "
-                          "until step 4: its result will differ from an uninterrupted run's in the last bits (set "
-                          f"OMP_NUM_THREADS={threads} to match)"] if warned else [])
+        assert lines == (
+            [
+                f"resuming under {torch.get_num_threads()} threads, where this run trained under {threads} "
+                "until step 4: its result will differ from an uninterrupted run's in the last bits (set "
+                f"OMP_NUM_THREADS={threads} to match)"
+            ]
+            if warned
+            else []
+        )
 
 
 def test_temporary_files_of_a_killed_write_are_removed_by_the_next_start(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    stale = [run / f".{run_files.CHECKPOINT_FILE}.{run_files.TEMP_MARK}-x1y2.tmp",
-             run / f".{run_files.METRICS_FILE}.ab_cd123.tmp"]  # posenc's now, and an earlier version's
+    stale = [
+        run / f".{run_files.CHECKPOINT_FILE}.{run_files.TEMP_MARK}-x1y2.tmp",
+        run / f".{run_files.METRICS_FILE}.ab_cd123.tmp",
+    ]  # posenc's now, and an earlier version's
     for path in stale:
         path.write_bytes(b"half a file")
     (run / ".my-notes.tmp").write_text("mine\n")
@@ -336,21 +364,25 @@ def test_temporary_files_of_a_killed_write_are_removed_by_the_next_start(tmp_pat
 def test_a_checkpoint_write_killed_mid_way_leaves_no_temporary_file_after_the_next_start(tmp_path):
     """SIGKILL while the checkpoint's temporary file is being written (its write made slow), then the same
     command again: the run finishes and no temporary file is left."""
-    code = ("import sys, time, torch; real = torch.save\n"
-            "def slow(obj, f, *a, **k):\n    real(obj, f, *a, **k); f.flush(); print('writing', flush=True); "
-            "time.sleep(60)\n"
-            "torch.save = slow\nsys.argv = ['posenc', 'train', *sys.argv[1:]]\n"
-            "from posenc.cli.app import app\napp()\n")
+    code = (
+        "import sys, time, torch; real = torch.save\n"
+        "def slow(obj, f, *a, **k):\n    real(obj, f, *a, **k); f.flush(); print('writing', flush=True); "
+        "time.sleep(60)\n"
+        "torch.save = slow\nsys.argv = ['posenc', 'train', *sys.argv[1:]]\n"
+        "from posenc.cli.app import app\napp()\n"
+    )
     args = [*TINY, "hydra.run.dir=run"]
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     assert any(line.strip() == "writing" for line in proc.stdout)  # log lines may come first
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     proc.stdout.close()
     assert [p.name for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp")]  # the kill left one
-    done = subprocess.run([sys.executable, "-m", "posenc", "train", *args], cwd=tmp_path, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "posenc", "train", *args], cwd=tmp_path, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert not [p.name for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp")]
 

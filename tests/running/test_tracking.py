@@ -5,9 +5,9 @@ import json
 import pytest
 from conftest import tiny_config, tiny_dict
 
+from posenc.analysis.store import run_identity
 from posenc.errors import ConfigError
 from posenc.options import keyword_options
-from posenc.analysis.store import run_identity
 from posenc.running.tracking import TRACKERS, LoggerConfig, check_logger, open_tracker
 from posenc.running.train import train
 
@@ -19,8 +19,9 @@ def _train(tmp_path, *overrides):
 
 
 def test_every_logger_has_a_yaml_of_its_options():
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     folder = Path(__file__).parents[2] / "conf" / "logger"
     assert sorted(p.stem for p in folder.glob("*.yaml")) == sorted(TRACKERS)
@@ -75,8 +76,8 @@ def test_wandb_offline_writes_a_run_a_user_can_sync(tmp_path):
 
 
 def test_logger_does_not_change_a_runs_identity_and_a_run_resumes_under_another_logger(tmp_path):
-    from posenc.running.checkpoint import load_training_state
     from posenc.files import CHECKPOINT_FILE
+    from posenc.running.checkpoint import load_training_state
 
     plain, tracked = tiny_dict(), tiny_dict("logger=tensorboard")
     assert run_identity(plain) == run_identity(tracked)
@@ -90,13 +91,20 @@ def test_the_suite_passes_without_the_tracking_extra():
     import subprocess
     import sys
 
-    code = ("import sys\n"
-            "for name in ('mlflow', 'wandb', 'tensorboard'):\n"
-            "    sys.modules[name] = None  # find_spec says absent, import fails: as without the extra\n"
-            "import pytest\n"
-            f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {__file__!r}, '-k', 'not without_the_tracking']))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                            cwd=str(__import__("pathlib").Path(__file__).parent))
+    code = (
+        "import sys\n"
+        "for name in ('mlflow', 'wandb', 'tensorboard'):\n"
+        "    sys.modules[name] = None  # find_spec says absent, import fails: as without the extra\n"
+        "import pytest\n"
+        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {__file__!r}, '-k', 'not without_the_tracking']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(__import__("pathlib").Path(__file__).parent),
+    )
     assert result.returncode == 0, result.stdout[-3000:]
 
 
@@ -105,7 +113,9 @@ def test_a_missing_package_or_an_unknown_option_is_refused_in_one_line(monkeypat
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
-    with pytest.raises(ConfigError, match=r"^logger=mlflow needs the mlflow package: pip install 'posenc\[tracking\]'$"):
+    with pytest.raises(
+        ConfigError, match=r"^logger=mlflow needs the mlflow package: pip install 'posenc\[tracking\]'$"
+    ):
         check_logger(LoggerConfig("mlflow"))
     check_logger(LoggerConfig("none"))
     with pytest.raises(ConfigError, match="logger 'tensorboard' has no option 'colour'"):
@@ -125,8 +135,11 @@ def test_bad_values_and_a_backend_that_cannot_start_are_one_line_before_training
     with pytest.raises(PosencError, match="cannot read .*tracking.json.*delete it"):
         open_tracker(LoggerConfig("mlflow"), tmp_path / "run", tiny_dict(f"paths.results={tmp_path}"))
     with pytest.raises(PosencError, match="^logger=mlflow could not start: "):
-        open_tracker(LoggerConfig("mlflow", {"tracking_uri": "bogus-scheme://nowhere"}), tmp_path / "other",
-                     tiny_dict(f"paths.results={tmp_path}"))
+        open_tracker(
+            LoggerConfig("mlflow", {"tracking_uri": "bogus-scheme://nowhere"}),
+            tmp_path / "other",
+            tiny_dict(f"paths.results={tmp_path}"),
+        )
 
 
 @pytest.mark.integration  # a real tracking backend (W&B starts a service process)
@@ -142,7 +155,16 @@ def test_mlflow_marks_a_run_that_stopped_on_an_error_failed(tmp_path):
 def test_config_is_logged_under_dotted_keys_with_values_a_tracker_takes():
     from posenc.running.tracking import _flat
 
-    config = {"train": {"lr": 0.001, "steps": 5}, "task": {"name": "copy", "lengths": [8, 16], "min": None},
-              "progress": False}
-    assert _flat(config) == {"train.lr": 0.001, "train.steps": 5, "task.name": "copy", "task.lengths": "[8, 16]",
-                             "task.min": "None", "progress": False}
+    config = {
+        "train": {"lr": 0.001, "steps": 5},
+        "task": {"name": "copy", "lengths": [8, 16], "min": None},
+        "progress": False,
+    }
+    assert _flat(config) == {
+        "train.lr": 0.001,
+        "train.steps": 5,
+        "task.name": "copy",
+        "task.lengths": "[8, 16]",
+        "task.min": "None",
+        "progress": False,
+    }

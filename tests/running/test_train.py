@@ -9,8 +9,8 @@ import torch
 from conftest import learned_run, tiny_config, tiny_dict
 
 from posenc import files as run_files
-from posenc.running import runs as run_dirs
 from posenc.encoders import ENCODERS
+from posenc.running import runs as run_dirs
 from posenc.running.extrapolate import extrapolate
 from posenc.running.train import lr_factor, train
 
@@ -30,8 +30,9 @@ def test_train_writes_checkpoint_metrics_history(tmp_path):
 
 
 def test_same_seed_gives_identical_metrics(tmp_path):
-    a, b, c = (train(tiny_config(f"seed={s}"), tmp_path / d, tiny_dict(f"seed={s}")) for s, d in
-               [(3, "a"), (3, "b"), (4, "c")])
+    a, b, c = (
+        train(tiny_config(f"seed={s}"), tmp_path / d, tiny_dict(f"seed={s}")) for s, d in [(3, "a"), (3, "b"), (4, "c")]
+    )
     drop = lambda m: {k: v for k, v in m.items() if k != "train_seconds"}  # noqa: E731
     assert drop(a) == drop(b)
     assert drop(a) != drop(c)
@@ -240,10 +241,13 @@ def _lm_overrides(tmp_path, *extra):
     return ("task=lm", f"task.corpus={corpus}", "task.pattern=*.txt", *extra)
 
 
-@pytest.mark.parametrize(("losses", "learned", "fall"), [
-    ([2.0, 1.5, 1.2, 1.19], True, 0.01 / 1.2),   # the last quarter (step 3 -> 4) bought under 2%: converged
-    ([2.0, 1.5, 1.2, 1.0], False, 0.2 / 1.2),    # still falling: not converged, hence not learned
-])
+@pytest.mark.parametrize(
+    ("losses", "learned", "fall"),
+    [
+        ([2.0, 1.5, 1.2, 1.19], True, 0.01 / 1.2),  # the last quarter (step 3 -> 4) bought under 2%: converged
+        ([2.0, 1.5, 1.2, 1.0], False, 0.2 / 1.2),  # still falling: not converged, hence not learned
+    ],
+)
 def test_lm_is_learned_once_its_heldout_loss_converged(tmp_path, monkeypatch, losses, learned, fall):
     import posenc.running.train
 
@@ -331,8 +335,11 @@ def test_per_sequence_lengths_mix_in_one_batch_and_per_batch_lengths_do_not():
     assert draw_batch(task, 4, 16, 16, "example", gen)[1] == 16  # fixed length: every sequence at it
 
 
-@pytest.mark.parametrize("overrides", [(f"encoder={e}",) for e in sorted(set(ENCODERS) - {"randomized"})]
-                         + [("encoder=nope", "model.mixer=base_conv", "model.n_layers=2")])
+@pytest.mark.parametrize(
+    "overrides",
+    [(f"encoder={e}",) for e in sorted(set(ENCODERS) - {"randomized"})]
+    + [("encoder=nope", "model.mixer=base_conv", "model.n_layers=2")],
+)
 def test_right_padding_leaves_every_real_position_unchanged(overrides):
     """Training on a mixed, right-padded batch is training on each sequence alone: under the causal mask (or
     the causal convolution of ``model.mixer=base_conv``) no real token reads padding, and positions start at 0

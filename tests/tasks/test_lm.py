@@ -98,18 +98,17 @@ def test_errors_are_one_clear_line(tmp_path, corpus):
     with pytest.raises(ConfigError, match="no files match '\\*.rst' under"):
         build_task("lm", {"corpus": str(corpus), "pattern": "*.rst"})
     task = build_task("lm", {"corpus": str(corpus), "pattern": "*.txt", "max_bytes": 1000})
-    needle = (
-        "training split of the corpus has [0-9,]+ bytes, "
-        "fewer than a window at length 5000 needs \\(5,001\\)"
-    )
+    needle = "training split of the corpus has [0-9,]+ bytes, fewer than a window at length 5000 needs \\(5,001\\)"
     with pytest.raises(ConfigError, match=needle):
         task.sample(1, 5000, gen())
     with pytest.raises(PositionRangeError, match="held-out split .* length 900"):  # evaluation: a note row
         task.for_evaluation().sample(1, 900, gen())
-    for options, message in [({"eval_fraction": 0.0}, "eval_fraction must be in"),
-                             ({"eval_fraction": 1}, "eval_fraction must be in"),
-                             ({"max_bytes": 0}, "max_bytes must be >= 2"),
-                             ({"max_bytes": "big"}, "max_bytes must be of type int")]:
+    for options, message in [
+        ({"eval_fraction": 0.0}, "eval_fraction must be in"),
+        ({"eval_fraction": 1}, "eval_fraction must be in"),
+        ({"max_bytes": 0}, "max_bytes must be >= 2"),
+        ({"max_bytes": "big"}, "max_bytes must be of type int"),
+    ]:
         with pytest.raises(ConfigError, match=message):
             build_task("lm", {"corpus": str(corpus), "pattern": "*.txt", **options})
     (corpus / "empty").mkdir()
@@ -185,7 +184,7 @@ def test_evaluation_scores_the_same_held_out_bytes_at_every_length(long_text):
         assert scored_bytes(task, n, length, batch_size=5) == expected
     assert scored_bytes(task, task.evaluation_sequences(64, 3), 64, batch_size=128) == expected  # batching
     n = task.evaluation_sequences(100, default=3)  # a length that does not divide the text: its prefix
-    assert n == 81 and scored_bytes(task, n, 100, batch_size=9) == expected[: 8100]
+    assert n == 81 and scored_bytes(task, n, 100, batch_size=9) == expected[:8100]
     # asked for more windows than the text holds: only the windows that fit
     assert scored_bytes(task, 10_000, 2000, batch_size=2) == held[1 : 1 + 4 * 2000]
 

@@ -35,7 +35,7 @@ def test_passkey_depth_places_the_key_where_asked():
     for depth, before in [(0.0, 0), (0.25, 13), (0.5, 26), (0.75, 39), (1.0, n_filler)]:
         tokens, _ = task.at_depth(depth).sequences(4, length, gen())
         assert (tokens[:, 1 + before] == KEY_MARK).all()
-        assert ((tokens[:, 1 : 1 + before] > KEY_MARK)).all()  # only filler before it
+        assert (tokens[:, 1 : 1 + before] > KEY_MARK).all()  # only filler before it
         assert torch.equal(tokens[:, 2 + before : 7 + before], tokens[:, -5:])  # the key, asked at the end
     at_start = task.at_depth(0.0).sequences(1, length, gen())[0][0].tolist()
     assert at_start[:2] == [BOS, KEY_MARK]  # right after the leading BOS

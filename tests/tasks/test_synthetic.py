@@ -126,8 +126,9 @@ def test_retrieval_queries_spread_over_the_whole_region():
     assert used == set(range(len(region)))  # uniform slots: the first and the last are both used
 
 
-@pytest.mark.parametrize("options", [{"n_pairs": 0}, {"n_pairs": 5, "n_keys": 4}, {"n_pairs": 5, "n_values": 4},
-                                     {"n_noise": 0}])
+@pytest.mark.parametrize(
+    "options", [{"n_pairs": 0}, {"n_pairs": 5, "n_keys": 4}, {"n_pairs": 5, "n_values": 4}, {"n_noise": 0}]
+)
 def test_retrieval_refuses_options_without_distinct_keys_and_values(options):
     with pytest.raises(ConfigError, match="n_keys >= n_pairs"):
         build_task("retrieval", options)
