@@ -103,8 +103,10 @@ def distinct_runs(runs: list[Path]) -> tuple[list[Path], str | None]:
     kept, dropped = [], []
     for key, paths in by_id.items():
         if len(paths) > 1:  # a whole copy first, then one reached without a symlink
-            paths = sorted(paths, key=lambda p: (run_problem(folders[p]) is not None,
-                                                 os.path.realpath(p) != os.path.abspath(p), str(p)))
+            paths = sorted(
+                paths,
+                key=lambda p: (run_problem(folders[p]) is not None, os.path.realpath(p) != os.path.abspath(p), str(p)),
+            )
         kept.append(paths[0])
         if len(paths) > 1:
             dropped.append((key, paths))
@@ -112,8 +114,10 @@ def distinct_runs(runs: list[Path]) -> tuple[list[Path], str | None]:
         return runs, None
     shown = "; ".join(f"run {key} at {', '.join(map(str, paths))}: kept {paths[0]}" for key, paths in dropped[:3])
     more = f"; and {len(dropped) - 3} more" if len(dropped) > 3 else ""
-    note = (f"the same run was reached by more than one path (a symlink or a copy of its folder), so it is evaluated "
-            f"and pooled once: {shown}{more}")
+    note = (
+        f"the same run was reached by more than one path (a symlink or a copy of its folder), so it is evaluated "
+        f"and pooled once: {shown}{more}"
+    )
     return sorted(kept), note
 
 
@@ -128,8 +132,6 @@ def scalings_for(config: dict, scalings: list[RopeScaling]) -> list[RopeScaling]
     if isinstance(name, str) and name in ENCODERS and ENCODERS[name].takes_rope_scaling_with(options):
         return scalings
     return [RopeScaling(NO_SCALING)]
-
-
 
 
 @flush_subnormals()  # on every thread of an evaluating process: see posenc.subnormals
@@ -188,9 +190,14 @@ def extrapolate(
     configs = {run: folders[run].config for run in runs}
     plan = {run: scalings_for(configs[run], scalings) for run in runs}
     missed = set() if include_not_learned else _held_back_runs(folders.values())
-    wanted = {run: [n for n in _lengths_for(folders[run], lengths, up_to, folders[run].identity.run_id not in missed)
-                    if any((folders[run].run_id, n, scaling_label(sc)) not in done for sc in plan[run])]
-              for run in runs}
+    wanted = {
+        run: [
+            n
+            for n in _lengths_for(folders[run], lengths, up_to, folders[run].identity.run_id not in missed)
+            if any((folders[run].run_id, n, scaling_label(sc)) not in done for sc in plan[run])
+        ]
+        for run in runs
+    }
     if memory_check:
         check_memory(configs, wanted, plan, sequences)
     check_time(configs, wanted, plan, sequences, dev, max_hours, progress)
@@ -200,8 +207,18 @@ def extrapolate(
         job = bar.add_task("evaluate", total=total, current="")
         for run in runs:
             if wanted[run]:  # else everything is already evaluated
-                total = _evaluate_run(run, wanted[run], plan[run], _about(folders[run]), dev,
-                                      sequences, done, (bar, job, total), parts, skipped)
+                total = _evaluate_run(
+                    run,
+                    wanted[run],
+                    plan[run],
+                    _about(folders[run]),
+                    dev,
+                    sequences,
+                    done,
+                    (bar, job, total),
+                    parts,
+                    skipped,
+                )
     if not parts and (allow_empty or not skipped):
         return Results.empty(), skipped
     if not parts:
@@ -219,13 +236,30 @@ def _held_back_runs(folders) -> set[str]:
     converge is still compared (marked) at every length (:func:`posenc.analysis.compare.held_back`). Finished
     runs only: an unfinished one is skipped anyway."""
     finished = [f for f in folders if f.finished]
-    return held_at_training_length(pd.DataFrame(
-        {"config_id": [f.identity.config_id for f in finished], "run_id": [f.identity.run_id for f in finished],
-         "learned": [f.learned for f in finished], "task": [f.task for f in finished]}))
+    return held_at_training_length(
+        pd.DataFrame(
+            {
+                "config_id": [f.identity.config_id for f in finished],
+                "run_id": [f.identity.run_id for f in finished],
+                "learned": [f.learned for f in finished],
+                "task": [f.task for f in finished],
+            }
+        )
+    )
 
 
-def _evaluate_run(run: Path, lengths: list[int], scalings: list, about: dict, dev, sequences: int | None,
-                  done: frozenset, progress: tuple, parts: list[Results], skipped: list[str]) -> int:
+def _evaluate_run(
+    run: Path,
+    lengths: list[int],
+    scalings: list,
+    about: dict,
+    dev,
+    sequences: int | None,
+    done: frozenset,
+    progress: tuple,
+    parts: list[Results],
+    skipped: list[str],
+) -> int:
     """Evaluate one run at ``lengths`` under each of ``scalings`` (and each of its task's depths), appending
     to ``parts``; a run that cannot be loaded adds a line to ``skipped``. ``progress``: the bar, its job and
     its total; returns the total, grown by the depths the run's task turned out to have."""
@@ -284,9 +318,14 @@ def run_facts(folders: Iterable[RunFolder]) -> dict[str, dict]:
 def _about(folder: RunFolder) -> dict:
     """The columns every row of a run shares: where it is, who it is, and whether it learned its task."""
     identity, steps = folder.identity, folder.metrics.get("steps_to_learn")
-    return {"run": describe_run(folder.path), "run_id": identity.run_id, "config_id": identity.config_id,
-            "config": identity.config, "learned": folder.learned,
-            "steps_to_learn": math.nan if steps is None else float(steps)}
+    return {
+        "run": describe_run(folder.path),
+        "run_id": identity.run_id,
+        "config_id": identity.config_id,
+        "config": identity.config,
+        "learned": folder.learned,
+        "steps_to_learn": math.nan if steps is None else float(steps),
+    }
 
 
 def scaling_note(table: pd.DataFrame, scalings: list[RopeScaling]) -> str | None:
@@ -313,15 +352,20 @@ def not_learned_note(table: pd.DataFrame, lengths: list[int] | None) -> str | No
         missed = missed[[any(n != t for n in lengths) for t in missed["train_length"]]]
     if missed.empty:
         return None
-    shown = [f"{r.encoder}/{r.task} seed {r.seed}{'' if r.learned else ' (not learned)'} ({r.run})"
-             for r in missed.head(3).itertuples()]
+    shown = [
+        f"{r.encoder}/{r.task} seed {r.seed}{'' if r.learned else ' (not learned)'} ({r.run})"
+        for r in missed.head(3).itertuples()
+    ]
     more = f" and {len(missed) - 3} more" if len(missed) > 3 else ""
-    return ("not learned at the training length by every seed of the configuration, so evaluated there only "
-            f"(past it there is nothing to compare; train longer or see metrics.json): {', '.join(shown)}{more}")
+    return (
+        "not learned at the training length by every seed of the configuration, so evaluated there only "
+        f"(past it there is nothing to compare; train longer or see metrics.json): {', '.join(shown)}{more}"
+    )
 
 
-def _evaluate(about: dict, cfg, task, model, length: int, scaling, depth: float | None,
-              sequences: int | None) -> Results:
+def _evaluate(
+    about: dict, cfg, task, model, length: int, scaling, depth: float | None, sequences: int | None
+) -> Results:
     """``model`` on ``task`` (at ``depth`` if given) at ``length`` under ``scaling``: one row, its
     sequences and its positions."""
     factor = scaling.factor_for(cfg.task.length, length)  # what the method gets (dynamic_ntk: 1 unless fixed)

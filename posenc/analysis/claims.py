@@ -77,7 +77,6 @@ FAMILY_ERROR = 0.05  # the family-wise error rate a claim's Bonferroni-adjusted 
 DEFAULT_MIXER = "attention"  # posenc.mixers.DEFAULT_MIXER (not imported: this module needs no torch)
 
 
-
 def mixer_of(config: object) -> str:
     """The ``model.mixer`` of a run's configuration (the JSON of :class:`posenc.analysis.store.RunIdentity`, which
     leaves the key out at its default): attention where it says nothing."""
@@ -273,8 +272,7 @@ class Claim:
 
     def sides(self) -> tuple[Side, ...]:
         """Every side the expectations name, each once, in order of first mention."""
-        named = [s for e in self.expect
-                 for s in ((e.side,) if isinstance(e, Threshold) else (e.better, e.worse))]
+        named = [s for e in self.expect for s in ((e.side,) if isinstance(e, Threshold) else (e.better, e.worse))]
         return tuple(dict.fromkeys(named))
 
 
@@ -292,8 +290,7 @@ class Evidence(Protocol):
     def lengths(self, task: str, side: Side, metric: str) -> Sequence[int]:
         """The evaluation lengths at which the side has values of ``metric``, ascending."""
 
-    def at_length(self, task: str, side: Side, length: int,
-                  metric: str) -> Mapping[Hashable, np.ndarray] | None:
+    def at_length(self, task: str, side: Side, length: int, metric: str) -> Mapping[Hashable, np.ndarray] | None:
         """Per seed (keyed by anything that names the same seed at every length), the per-sequence values at
         evaluation length ``length`` in sequence order (sequence i identical across sides); None: not
         evaluated."""
@@ -351,8 +348,11 @@ class Verdict:
         if self.claim.ranked:
             text = f"Bonferroni over the {k} pairwise intervals the ranks rest on: {level:.3g}% intervals"
         else:
-            text = (f"Bonferroni over {k} comparisons: {level:.3g}% intervals" if k > 1
-                    else f"one comparison: {level:.3g}% interval")
+            text = (
+                f"Bonferroni over {k} comparisons: {level:.3g}% intervals"
+                if k > 1
+                else f"one comparison: {level:.3g}% interval"
+            )
         testable = sum(c.state is not None for c in self.checks)
         return text if testable == n else f"{text}; judged on the {testable} of {n} testable"
 
@@ -360,8 +360,13 @@ class Verdict:
         """A Markdown bullet: ``- **agrees** — <source to 1st comma> (<tasks>): <statement>. <details>. <rule>.
         <reported>. <caveat>.``"""
         caveat = self.claim.caveat.rstrip(".")
-        parts = [self.claim.statement.rstrip("."), "; ".join(self.details), self.rule,
-                 _reported_text(self.claim), caveat[:1].upper() + caveat[1:]]
+        parts = [
+            self.claim.statement.rstrip("."),
+            "; ".join(self.details),
+            self.rule,
+            _reported_text(self.claim),
+            caveat[:1].upper() + caveat[1:],
+        ]
         text = ". ".join(p for p in parts if p) + "."
         tasks = ", ".join(self.claim.tasks)
         return f"- **{self.outcome}** — {self.claim.source.split(',')[0]} ({tasks}): {text}"
@@ -377,6 +382,7 @@ def _reported_text(claim: Claim) -> str:
 
 # --- intervals at a level -------------------------------------------------------------------------------
 
+
 def _block(task: str | None, groups: list[np.ndarray]) -> int | None:
     """Batch-means block for ``task``'s per-sequence values (lm's consecutive windows; see
     :func:`posenc.analysis.stats.sequence_block`)."""
@@ -388,13 +394,19 @@ def _group(values: list[np.ndarray], bounded: bool, level: float, task: str | No
     return group_estimate(values, bounded=bounded, level=level, block=_block(task, values))
 
 
-def _paired(a: list[np.ndarray], b: list[np.ndarray], bounded: bool, level: float,
-            task: str | None = None, same_seeds: bool = False) -> Estimate:
-    return paired_difference(a, b, bounded=bounded, level=level, block=_block(task, a),
-                             same_seeds=same_seeds)
+def _paired(
+    a: list[np.ndarray],
+    b: list[np.ndarray],
+    bounded: bool,
+    level: float,
+    task: str | None = None,
+    same_seeds: bool = False,
+) -> Estimate:
+    return paired_difference(a, b, bounded=bounded, level=level, block=_block(task, a), same_seeds=same_seeds)
 
 
 # --- pooling a window -------------------------------------------------------------------------------------
+
 
 def _asked_metric(metric: str) -> str:
     """The metric the evidence is asked for: perplexity through loss (exp is monotone)."""
@@ -406,8 +418,7 @@ def _has_values(per_seed: Mapping[Hashable, np.ndarray] | None) -> bool:
     return bool(per_seed) and any(np.any(~np.isnan(np.asarray(v, dtype=float))) for v in per_seed.values())
 
 
-def _window_lengths(evidence: Evidence, claim: Claim, side: Side, window: Window,
-                    task: str | None = None) -> list[int]:
+def _window_lengths(evidence: Evidence, claim: Claim, side: Side, window: Window, task: str | None = None) -> list[int]:
     """The side's evaluation lengths in ``window`` (relative to its own training length) with values, on
     ``task`` (default: the claim's)."""
     task = claim.task if task is None else task
@@ -415,8 +426,11 @@ def _window_lengths(evidence: Evidence, claim: Claim, side: Side, window: Window
     if train is None:
         return []
     metric = _asked_metric(claim.metric)
-    return [n for n in sorted(evidence.lengths(task, side, metric))
-            if window.contains(n, train) and _has_values(evidence.at_length(task, side, n, metric))]
+    return [
+        n
+        for n in sorted(evidence.lengths(task, side, metric))
+        if window.contains(n, train) and _has_values(evidence.at_length(task, side, n, metric))
+    ]
 
 
 def _seeds(per_length: list[Mapping[Hashable, np.ndarray]]) -> list[Hashable]:
@@ -441,8 +455,9 @@ def _pool(per_length: list[Mapping[Hashable, np.ndarray]], sizes: list[int]) -> 
     return pooled
 
 
-def _side_pool(evidence: Evidence, claim: Claim, side: Side, window: Window,
-               task: str | None = None) -> tuple[list[np.ndarray], list[int]]:
+def _side_pool(
+    evidence: Evidence, claim: Claim, side: Side, window: Window, task: str | None = None
+) -> tuple[list[np.ndarray], list[int]]:
     """One side's values over its own lengths in ``window`` (every sequence of each), pooled per seed, and
     those lengths."""
     task = claim.task if task is None else task
@@ -452,8 +467,14 @@ def _side_pool(evidence: Evidence, claim: Claim, side: Side, window: Window,
     return _pool(parts, sizes), lengths
 
 
-def paired_by_seed(evidence: Evidence, task: str, first: Side, second: Side, first_seeds: Sequence[Hashable],
-                   second_seeds: Sequence[Hashable]) -> bool:
+def paired_by_seed(
+    evidence: Evidence,
+    task: str,
+    first: Side,
+    second: Side,
+    first_seeds: Sequence[Hashable],
+    second_seeds: Sequence[Hashable],
+) -> bool:
     """Whether ``first − second`` pairs by seed as well as by sequence: both sides are the same trained runs
     (:meth:`Evidence.same_runs`, optional: an evidence without it never pairs by seed) and their values come
     keyed by the same seeds in the same order (``first_seeds``, ``second_seeds``), so that row ``s`` of each
@@ -473,13 +494,16 @@ class _Pair:
     at_chance: bool = False
 
 
-def _pair(evidence: Evidence, claim: Claim, first: Side, second: Side, window: Window,
-          task: str | None = None) -> _Pair:
+def _pair(
+    evidence: Evidence, claim: Claim, first: Side, second: Side, window: Window, task: str | None = None
+) -> _Pair:
     """Both sides pooled over their common lengths (each cut to the sequences both have there), paired."""
     task = claim.task if task is None else task
     metric, higher, level = _asked_metric(claim.metric), claim.metric in HIGHER_BETTER, claim.level
-    lengths = sorted(set(_window_lengths(evidence, claim, first, window, task))
-                     & set(_window_lengths(evidence, claim, second, window, task)))
+    lengths = sorted(
+        set(_window_lengths(evidence, claim, first, window, task))
+        & set(_window_lengths(evidence, claim, second, window, task))
+    )
     if not lengths:
         return _Pair(None, ())
     parts = [[evidence.at_length(task, s, n, metric) or {} for n in lengths] for s in (first, second)]
@@ -524,15 +548,20 @@ def _judge_comparison(c: Comparison, claim: Claim, window: Window, evidence: Evi
     first, second = (c.better, c.worse) if higher else (c.worse, c.better)
     pair, label = _pair(evidence, claim, first, second, window), f"{first.label()} − {second.label()}"
     if pair.estimate is None:
-        return Check(c, window, None,
-                     f"{label} {window.where()}: no length evaluated for both (not testable)")
+        return Check(c, window, None, f"{label} {window.where()}: no length evaluated for both (not testable)")
     est, lengths = pair.estimate, pair.lengths
     metric = _words(_asked_metric(claim.metric))
     head = f"{label} {_where(window, lengths)}: {est.format(signed=True)} {metric}"
     if pair.at_chance:
         chance = evidence.chance(claim.task, _asked_metric(claim.metric))
-        return Check(c, window, None, f"{head} (not testable: at chance, neither side's interval above "
-                                      f"{chance:.3g})", lengths, est)
+        return Check(
+            c,
+            window,
+            None,
+            f"{head} (not testable: at chance, neither side's interval above {chance:.3g})",
+            lengths,
+            est,
+        )
     state = 1 if est.low > 0 else -1 if est.high < 0 else 0
     return Check(c, window, state, f"{head} ({_STATES[state]})", lengths, est)
 
@@ -551,11 +580,18 @@ def _judge_threshold(t: Threshold, claim: Claim, window: Window, evidence: Evide
     if state == 1 and evidence.learned(claim.task, t.side) is False:
         state, note = 0, "open: did not learn within its budget, so it cannot hold"
     need = f"{'≥' if higher else '≤'} {value:.3g}"
-    return Check(t, window, state, f"{t.side.label()} {_where(window, lengths)}: {est.format()} "
-                                   f"{_words(metric)}, needs {need} ({note})", tuple(lengths), est)
+    return Check(
+        t,
+        window,
+        state,
+        f"{t.side.label()} {_where(window, lengths)}: {est.format()} {_words(metric)}, needs {need} ({note})",
+        tuple(lengths),
+        est,
+    )
 
 
 # --- mean ranks across tasks --------------------------------------------------------------------------------
+
 
 def reciprocal_ranks(scores: Sequence[float], higher: bool = True) -> np.ndarray:
     """Each score's reciprocal rank: 1 for the best, ``1/n`` for the worst of ``n``; tied scores share the
@@ -637,11 +673,22 @@ def _judge_mean_rank(m: MeanRank, claim: Claim, window: Window, rankings: Sequen
         return Check(m, window, None, f"{label}: at chance on every task (not testable)")
     bounds = [rank_bounds(len(sides), r.ordered, i, j) for r in rankings]
     points = [reciprocal_ranks(r.means, higher) for r in rankings]
-    est = Estimate(float(np.mean([p[i] - p[j] for p in points])), float(np.mean([b[0] for b in bounds])),
-                   float(np.mean([b[1] for b in bounds])), 0, 0)
+    est = Estimate(
+        float(np.mean([p[i] - p[j] for p in points])),
+        float(np.mean([b[0] for b in bounds])),
+        float(np.mean([b[1] for b in bounds])),
+        0,
+        0,
+    )
     state = 1 if est.low > 0 else -1 if est.high < 0 else 0
-    return Check(m, window, state, f"{label}: {est.format(signed=True)} over the rankings the intervals "
-                                   f"allow ({_STATES[state]})", (), est)
+    return Check(
+        m,
+        window,
+        state,
+        f"{label}: {est.format(signed=True)} over the rankings the intervals allow ({_STATES[state]})",
+        (),
+        est,
+    )
 
 
 def _rank_checks(claim: Claim, evidence: Evidence) -> tuple[list[Check], list[str]]:
@@ -653,8 +700,10 @@ def _rank_checks(claim: Claim, evidence: Evidence) -> tuple[list[Check], list[st
         mrr = np.mean([reciprocal_ranks(r.means, higher) for r in rankings], axis=0)
         best_first = sorted(zip(claim.sides(), mrr), key=lambda pair: -pair[1])
         ranked = ", ".join(f"{side.label()} {v:.3f}" for side, v in best_first)
-        lines.append(f"mean reciprocal rank {_over(window)} on {', '.join(claim.tasks)} (each task ranking "
-                     f"the sides' mean {_words(_asked_metric(claim.metric))}, ties shared): {ranked}")
+        lines.append(
+            f"mean reciprocal rank {_over(window)} on {', '.join(claim.tasks)} (each task ranking "
+            f"the sides' mean {_words(_asked_metric(claim.metric))}, ties shared): {ranked}"
+        )
         found = [_judge_mean_rank(m, claim, window, rankings) for m in claim.expect]
         checks += found
         lines += [c.line for c in found]
@@ -662,6 +711,7 @@ def _rank_checks(claim: Claim, evidence: Evidence) -> tuple[list[Check], list[st
 
 
 # --- the check --------------------------------------------------------------------------------------------
+
 
 def _problems(claim: Claim, evidence: Evidence) -> list[str]:
     """Why the claim cannot be checked: a side without runs, not learned (but for a claim about learning
@@ -672,8 +722,9 @@ def _problems(claim: Claim, evidence: Evidence) -> list[str]:
         for side in claim.sides():
             learned = evidence.learned(task, side)
             if learned is None or (not learned and not claim.in_distribution):
-                problems.append(f"{side.label()} has no runs on {task}" if learned is None
-                                else _not_learned(side, task))
+                problems.append(
+                    f"{side.label()} has no runs on {task}" if learned is None else _not_learned(side, task)
+                )
                 continue
             missing = [w for w in claim.windows if not _window_lengths(evidence, claim, side, w, task)]
             if missing:
@@ -702,8 +753,15 @@ def check(claim: Claim, evidence: Evidence) -> Verdict:
             checks += [judge(expectation, claim, window, evidence) for window in claim.windows]
         details = [c.line for c in checks]
     states = [c.state for c in checks if c.state is not None]
-    outcome = ("not testable" if not states else "differs" if -1 in states
-               else "agrees" if all(s == 1 for s in states) else "inconclusive")
+    outcome = (
+        "not testable"
+        if not states
+        else "differs"
+        if -1 in states
+        else "agrees"
+        if all(s == 1 for s in states)
+        else "inconclusive"
+    )
     return Verdict(claim, outcome, tuple(details), tuple(checks))
 
 
@@ -727,8 +785,10 @@ def _not_learned(side: Side, task: str) -> str:
     """Why a side that did not learn ``task`` makes a claim not testable (lm: learned means converged)."""
     if has_mastery_criterion(task):
         return f"{side.label()} did not learn {task} in distribution"
-    return (f"{side.label()} did not converge on {task} (a seed's held-out loss still fell by 2% or more over the "
-            "last quarter of its budget)")
+    return (
+        f"{side.label()} did not converge on {task} (a seed's held-out loss still fell by 2% or more over the "
+        "last quarter of its budget)"
+    )
 
 
 def ungated(verdict: Verdict, evidence: Evidence) -> Verdict | None:
@@ -736,14 +796,20 @@ def ungated(verdict: Verdict, evidence: Evidence) -> Verdict | None:
     same check with those sides counted as converged, on every seed - how much the convergence gate decides,
     shown beside the verdict and never in its place. None for every other verdict."""
     gated = f"did not converge on {verdict.claim.task}"
-    if (verdict.outcome != "not testable" or verdict.checks or has_mastery_criterion(verdict.claim.task)
-            or not verdict.details or not all(gated in line for line in verdict.details)):
+    if (
+        verdict.outcome != "not testable"
+        or verdict.checks
+        or has_mastery_criterion(verdict.claim.task)
+        or not verdict.details
+        or not all(gated in line for line in verdict.details)
+    ):
         return None
     return check(verdict.claim, _Converged(evidence))
 
 
-def paper_vs_posenc(claim: Claim, evidence: Evidence, level: float = 0.95,
-                    others: Sequence[Side] = ()) -> list[tuple[Reported, Estimate, tuple[int, ...]]]:
+def paper_vs_posenc(
+    claim: Claim, evidence: Evidence, level: float = 0.95, others: Sequence[Side] = ()
+) -> list[tuple[Reported, Estimate, tuple[int, ...]]]:
     """For each of the claim's :attr:`~Claim.reported` numbers: posenc's value for that side over the claim's
     primary window (its own lengths there, pooled as :func:`check` pools them; an all-NaN estimate where it
     was not evaluated), at ``level`` (default 95%: a description, not a test), and the lengths pooled. Then

@@ -56,8 +56,11 @@ def with_depth_means(results: Results) -> Results:
     deep_seq = seq[seq["depth"].notna() & (seq["depth"] != NO_DEPTH)]
     seq_means = deep_seq.groupby([*keys, "sequence"], sort=False)[["exact_match", "token_accuracy", "loss"]]
     seq_means = seq_means.mean().reset_index().assign(depth=math.nan)
-    return Results(pd.concat([ev, rows[ev.columns]], ignore_index=True),
-                   pd.concat([seq, seq_means[seq.columns]], ignore_index=True), results.positions)
+    return Results(
+        pd.concat([ev, rows[ev.columns]], ignore_index=True),
+        pd.concat([seq, seq_means[seq.columns]], ignore_index=True),
+        results.positions,
+    )
 
 
 MIXER_KEY = "model.mixer"  # named first in a variant whose sequence mixer is not attention (see labels)
@@ -76,8 +79,10 @@ def variants(evaluations: pd.DataFrame) -> pd.Series:
             configs = part.drop_duplicates("config_id")
             keys = [k for k in differing_keys(list(configs["config"])) if k != MIXER_KEY] if len(configs) > 1 else []
             named = [] if mixer == DEFAULT_MIXER else [f"{MIXER_KEY}={mixer}"]
-            names = {cid: ",".join(named + ([describe_config(c, keys)] if keys else []))
-                     for cid, c in zip(configs["config_id"], configs["config"])}
+            names = {
+                cid: ",".join(named + ([describe_config(c, keys)] if keys else []))
+                for cid, c in zip(configs["config_id"], configs["config"])
+            }
             out[part.index] = part["config_id"].map(names)
     return out
 
@@ -109,11 +114,15 @@ def aggregate(results: Results) -> pd.DataFrame:
         row = dict(zip(GROUP, key))
         runs = group.drop_duplicates("run_id")
         found = counts.loc[row["config_id"]]
-        row.update(variant=group["variant"].iloc[0], n_seeds=len(runs),
-                   seeds=",".join(str(s) for s in sorted(runs["seed"])),
-                   run_ids=",".join(sorted(runs["run_id"])),
-                   n_learned=int(found["n_learned"]), n_trained=int(found["n_trained"]),
-                   scaling_factor=group["scaling_factor"].iloc[0])
+        row.update(
+            variant=group["variant"].iloc[0],
+            n_seeds=len(runs),
+            seeds=",".join(str(s) for s in sorted(runs["seed"])),
+            run_ids=",".join(sorted(runs["run_id"])),
+            n_learned=int(found["n_learned"]),
+            n_trained=int(found["n_trained"]),
+            scaling_factor=group["scaling_factor"].iloc[0],
+        )
         row["learned"] = bool(found["learned"])
         configs = per_run[per_run["config_id"] == row["config_id"]]
         steps = configs.loc[configs["learned"], "steps_to_learn"].dropna()
@@ -181,14 +190,17 @@ def labels(table: pd.DataFrame) -> pd.Series:
     def label(encoder: str, var: str, scaling: str, depth: float) -> str:
         name = encoder
         if var.startswith(f"{MIXER_KEY}="):  # see variants: the mixer, then the keys that differ
-            mixer, _, var = var[len(MIXER_KEY) + 1:].partition(",")
+            mixer, _, var = var[len(MIXER_KEY) + 1 :].partition(",")
             name = Side(encoder, mixer=mixer).label()
         text = name if not var else f"{name} [{var}]"
         text = text if scaling == NO_SCALING else f"{text} +{scaling}"
         return text if math.isnan(depth) else f"{text} @depth {depth:g}"
 
-    return pd.Series([label(*r) for r in zip(table["encoder"], variant.fillna(""), table["scaling"], table["depth"])],
-                     index=table.index, dtype=object)
+    return pd.Series(
+        [label(*r) for r in zip(table["encoder"], variant.fillna(""), table["scaling"], table["depth"])],
+        index=table.index,
+        dtype=object,
+    )
 
 
 def cell(row: pd.Series, metric: str) -> str:
@@ -224,13 +236,21 @@ def pivot(comparison: pd.DataFrame, metric: str = "exact_match", task: str | Non
 
 def steps_table(comparison: pd.DataFrame) -> pd.DataFrame:
     """Steps-to-learn per (task, encoder label): seeds that learned, and the mean steps they needed."""
-    first = comparison[(comparison["eval_length"] == comparison["train_length"])
-                       & (comparison["scaling"] == NO_SCALING) & comparison["depth"].isna()]
-    table = pd.DataFrame({
-        "task": first["task"], "encoder": labels(first), "train_length": first["train_length"],
-        "seeds learned": [f"{a}/{b}" for a, b in zip(first["n_learned"], first["n_trained"])],
-        "steps to learn": first["steps_to_learn"], "exact match at 1×": first["exact_match_mean"],
-    }).sort_values(["task", "steps to learn"], na_position="last", ignore_index=True)
+    first = comparison[
+        (comparison["eval_length"] == comparison["train_length"])
+        & (comparison["scaling"] == NO_SCALING)
+        & comparison["depth"].isna()
+    ]
+    table = pd.DataFrame(
+        {
+            "task": first["task"],
+            "encoder": labels(first),
+            "train_length": first["train_length"],
+            "seeds learned": [f"{a}/{b}" for a, b in zip(first["n_learned"], first["n_trained"])],
+            "steps to learn": first["steps_to_learn"],
+            "exact match at 1×": first["exact_match_mean"],
+        }
+    ).sort_values(["task", "steps to learn"], na_position="last", ignore_index=True)
     table["steps to learn"] = [f"{v:.0f}" if not math.isnan(v) else "—" for v in table["steps to learn"]]
     table["exact match at 1×"] = [f"{v:.3f}" if not math.isnan(v) else "—" for v in table["exact match at 1×"]]
     return table

@@ -43,13 +43,13 @@ class TableEvidence:
         seq = results.sequences
         seq = seq[seq["depth"].isna()]
         groups = seq.groupby(["run_id", "eval_length", "scaling"], sort=False)
-        self._seq = {(run_id, int(length), scaling): part.sort_values("sequence")
-                     for (run_id, length, scaling), part in groups}
+        self._seq = {
+            (run_id, int(length), scaling): part.sort_values("sequence") for (run_id, length, scaling), part in groups
+        }
         self._compared: dict[tuple, pd.DataFrame] = {}  # (task, encoder, mixer) -> compared_rows of its runs
 
     def _runs(self, task: str, side: Side) -> pd.DataFrame | None:
-        rows = self.ev[(self.ev["task"] == task) & (self.ev["encoder"] == side.encoder)
-                       & (self._mixer == side.mixer)]
+        rows = self.ev[(self.ev["task"] == task) & (self.ev["encoder"] == side.encoder) & (self._mixer == side.mixer)]
         if rows.empty or rows["config_id"].nunique() != 1:
             return None
         return rows

@@ -64,8 +64,11 @@ def compared_rows(evaluations: pd.DataFrame) -> pd.DataFrame:
         return evaluations
     counts = mastery(evaluations)
     quorum = {cid for cid, a, b in zip(counts.index, counts["n_learned"], counts["n_trained"]) if by_quorum(a, b)}
-    drop = (evaluations["config_id"].isin(quorum) & ~evaluations["learned"].astype(bool)
-            & (evaluations["eval_length"] != evaluations["train_length"]))
+    drop = (
+        evaluations["config_id"].isin(quorum)
+        & ~evaluations["learned"].astype(bool)
+        & (evaluations["eval_length"] != evaluations["train_length"])
+    )
     return evaluations[~drop]
 
 

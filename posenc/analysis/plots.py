@@ -59,8 +59,16 @@ def _draw(
         if held_back(bool(rows["learned"].all()), rows["task"].iloc[0] if "task" in rows else None):
             unlearned = True
             first = rows[rows["eval_length"] == rows["train_length"]]
-            ax.plot(first["eval_length"], first[f"{metric}_mean"], marker="o", markersize=NOT_LEARNED_SIZE,
-                    linestyle="none", markerfacecolor="none", color=colour, label=f"{name} (not learned)")
+            ax.plot(
+                first["eval_length"],
+                first[f"{metric}_mean"],
+                marker="o",
+                markersize=NOT_LEARNED_SIZE,
+                linestyle="none",
+                markerfacecolor="none",
+                color=colour,
+                label=f"{name} (not learned)",
+            )
             continue
         converged = bool(rows["learned"].all())  # lm: a group with a seed that did not converge is dotted
         label = name if converged else f"{name} ({NOT_CONVERGED})"
@@ -68,8 +76,15 @@ def _draw(
         if converged and by_quorum(*seeds):  # learned by quorum: the share beside the name
             task = rows["task"].iloc[0] if "task" in rows else None
             label = f"{name} ({share_text(*seeds, has_mastery_criterion(task))})"
-        ax.plot(rows["eval_length"], rows[f"{metric}_mean"], marker="o", markersize=3, color=colour, label=label,
-                linestyle=(styles or {}).get(name, "-") if converged else ":")
+        ax.plot(
+            rows["eval_length"],
+            rows[f"{metric}_mean"],
+            marker="o",
+            markersize=3,
+            color=colour,
+            label=label,
+            linestyle=(styles or {}).get(name, "-") if converged else ":",
+        )
         low, high = rows[f"{metric}_low"], rows[f"{metric}_high"]
         ax.fill_between(rows["eval_length"], low, high, color=colour, alpha=0.18, linewidth=0)
     # a not-learned marker sits on the training length's line: its label starts right of the marker
@@ -77,8 +92,17 @@ def _draw(
     if metric == "token_accuracy" and "chance_token_accuracy" in view:
         for chance in view["chance_token_accuracy"].dropna().unique():
             ax.axhline(chance, color="grey", linestyle="--", linewidth=0.8)
-            ax.annotate(f"chance {chance:.3g}", (1.0, chance), xycoords=("axes fraction", "data"), fontsize=7,
-                        color="grey", ha="right", va="bottom", xytext=(-2, 1), textcoords="offset points")
+            ax.annotate(
+                f"chance {chance:.3g}",
+                (1.0, chance),
+                xycoords=("axes fraction", "data"),
+                fontsize=7,
+                color="grey",
+                ha="right",
+                va="bottom",
+                xytext=(-2, 1),
+                textcoords="offset points",
+            )
     _unigram_line(ax, view, metric)
     _length_axis(ax, sorted(view["eval_length"].unique()))
     if metric in BOUNDED:
@@ -104,8 +128,17 @@ def _unigram_line(ax, view: pd.DataFrame, metric: str) -> None:
     shown = f"{level:.1f}" if metric == "perplexity" else f"{level:.3f}"
     ax.axhline(level, color="grey", linestyle="--", linewidth=0.8)
     start = float(view["eval_length"].min())  # labelled at the left, right of the training length: lines rise
-    ax.annotate(f"unigram (no context) {shown}", (start, level), xycoords="data", fontsize=7,  # to the right
-                color="grey", ha="left", va="bottom", xytext=(4, 1), textcoords="offset points")
+    ax.annotate(
+        f"unigram (no context) {shown}",
+        (start, level),
+        xycoords="data",
+        fontsize=7,  # to the right
+        color="grey",
+        ha="left",
+        va="bottom",
+        xytext=(4, 1),
+        textcoords="offset points",
+    )
 
 
 NOT_LEARNED_SIZE = 5  # points: the hollow marker of a group that did not learn
@@ -117,9 +150,17 @@ def mark_training_lengths(ax, lengths, at_top: bool = False, gap: float = 2) -> 
     ``gap`` points right of the line."""
     for length in sorted({int(n) for n in lengths}):
         ax.axvline(length, color="grey", linestyle=":", linewidth=1)
-        ax.annotate(f"train {length}", (length, 1.0 if at_top else 0.0), xycoords=("data", "axes fraction"),
-                    fontsize=7, color="grey", ha="left", va="top" if at_top else "bottom",
-                    xytext=(gap, -2 if at_top else 2), textcoords="offset points")
+        ax.annotate(
+            f"train {length}",
+            (length, 1.0 if at_top else 0.0),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            color="grey",
+            ha="left",
+            va="top" if at_top else "bottom",
+            xytext=(gap, -2 if at_top else 2),
+            textcoords="offset points",
+        )
 
 
 def _length_axis(ax, lengths: list[int], fontsize: float = 7) -> None:
@@ -183,8 +224,11 @@ def _power_of_two(value: float) -> bool:
 
 def _seeds(view: pd.DataFrame) -> str:
     n = int(view["n_seeds"].max()) if len(view) else 0
-    return f"{n} seeds; band: 95% interval over seeds and sequences" if n > 1 else \
-        f"{n} seed; band: 95% interval over sequences"
+    return (
+        f"{n} seeds; band: 95% interval over seeds and sequences"
+        if n > 1
+        else f"{n} seed; band: 95% interval over sequences"
+    )
 
 
 VARIANT = re.compile(r"(?P<name>.*?) \[(?P<variant>.*)\](?P<rest>.*)")  # compare.labels: "name [variant] +scaling"
@@ -334,8 +378,14 @@ def plot_metric(
     ax.set_title(f"{title or task}: {LABELS.get(metric, metric)} ({_seeds(view)})", fontsize=10)
     handles, texts = ax.get_legend_handles_labels()
     order = sorted(range(len(texts)), key=texts.__getitem__)
-    ax.legend([handles[i] for i in order], [texts[i] for i in order], fontsize=8, loc="upper left",
-              bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.legend(
+        [handles[i] for i in order],
+        [texts[i] for i in order],
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
+    )
     paths = save_figure(fig, out_dir, stem or f"{task}_{metric}")
     plt.close(fig)
     return paths
@@ -346,7 +396,13 @@ LINE_STYLES = ("-", "--", "-.", ":")  # cycled in small multiples, so that lines
 
 
 def plot_panels(
-    view: pd.DataFrame, metric: str, panel: pd.Series, line: pd.Series, out_dir: Path, stem: str, title: str,
+    view: pd.DataFrame,
+    metric: str,
+    panel: pd.Series,
+    line: pd.Series,
+    out_dir: Path,
+    stem: str,
+    title: str,
     order: list[str] | None = None,
 ) -> list[Path]:
     """Small multiples of ``metric`` vs evaluation length: one panel per value of ``panel``, one line per
@@ -363,8 +419,14 @@ def plot_panels(
     styles = {name: LINE_STYLES[i % len(LINE_STYLES)] for i, name in enumerate(names)}
     cols = min(4, len(panels))
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(max(7.0, 3.7 * cols + 1.6), 3.0 * rows + 0.7), sharey=True,
-                             squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(max(7.0, 3.7 * cols + 1.6), 3.0 * rows + 0.7),
+        sharey=True,
+        squeeze=False,
+        constrained_layout=True,
+    )
     for ax, (name, part) in zip(axes.flat, panels):
         _draw(ax, part, metric, part["line"], colours, styles)
         ax.set_title(name, fontsize=9)
@@ -372,7 +434,7 @@ def plot_panels(
         ax.tick_params(which="both", labelsize=7)  # a log y axis labels minor ticks too (perplexity)
     for ax in axes[:, 0]:
         ax.set_ylabel(LABELS.get(metric, metric), fontsize=8)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     handles = [plt.Line2D([], [], color=colours[n], linestyle=styles[n], marker="o", markersize=3) for n in names]
     fig.legend(handles, names, fontsize=8, loc="outside right upper", frameon=False)
@@ -398,7 +460,6 @@ def plot_all(comparison: pd.DataFrame, out_dir: Path, metrics: dict[str, tuple[s
     """
     from posenc.analysis.compare import NO_SCALING, labels
 
-
     figures: dict[tuple, Path] = {}
     for task in sorted(comparison["task"].unique()):
         rows = comparison[comparison["task"] == task]
@@ -413,12 +474,25 @@ def plot_all(comparison: pd.DataFrame, out_dir: Path, metrics: dict[str, tuple[s
             if scaled_encoders and scaled[f"{metric}_mean"].notna().any():
                 method = scaled["scaling"].where(scaled["scaling"] != NO_SCALING, AS_TRAINED)
                 figures[(task, metric, "rope_scaling")] = plot_panels(
-                    scaled, metric, scaled["encoder"], method, out_dir, f"{task}_rope_scaling_{metric}",
-                    f"{task}, RoPE scaling at evaluation", order=[AS_TRAINED])[0]
+                    scaled,
+                    metric,
+                    scaled["encoder"],
+                    method,
+                    out_dir,
+                    f"{task}_rope_scaling_{metric}",
+                    f"{task}, RoPE scaling at evaluation",
+                    order=[AS_TRAINED],
+                )[0]
             if len(deep) and deep[f"{metric}_mean"].notna().any():
                 figures[(task, metric, "depth")] = plot_panels(
-                    deep, metric, labels(deep.assign(depth=float("nan"))), deep["depth"].map("depth {:g}".format),
-                    out_dir, f"{task}_{metric}_by_depth", f"{task} by depth of the information")[0]
+                    deep,
+                    metric,
+                    labels(deep.assign(depth=float("nan"))),
+                    deep["depth"].map("depth {:g}".format),
+                    out_dir,
+                    f"{task}_{metric}_by_depth",
+                    f"{task} by depth of the information",
+                )[0]
     return figures
 
 
@@ -445,8 +519,9 @@ def plot_steps(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     runs = runs.assign(label=runs["label"].map(short))
     tasks = sorted(runs["task"].unique())
     height = max(2.4, 0.28 * runs.groupby("task")["label"].nunique().max() + 1.2)
-    fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks) + 1.4, height), squeeze=False,
-                             constrained_layout=True)
+    fig, axes = plt.subplots(
+        1, len(tasks), figsize=(3.6 * len(tasks) + 1.4, height), squeeze=False, constrained_layout=True
+    )
     budget = runs["budget"] if "budget" in runs else pd.Series(float("nan"), index=runs.index)
     right = float(pd.concat([runs["steps_to_learn"], budget]).max())
     right = 1.0 if math.isnan(right) else right  # NaN: nothing recorded
@@ -467,8 +542,10 @@ def plot_steps(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.set_xlabel("steps to learn (x: not learned within its budget)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3, axis="x")
-    fig.suptitle("steps until held-out exact match reached the target (one dot per seed, a row's seeds spread "
-                 "vertically)", fontsize=10)
+    fig.suptitle(
+        "steps until held-out exact match reached the target (one dot per seed, a row's seeds spread vertically)",
+        fontsize=10,
+    )
     _caption(fig, caption)
     paths = save_figure(fig, out_dir, "steps_to_learn")
     plt.close(fig)
@@ -512,21 +589,43 @@ def plot_positions(positions: pd.DataFrame, task: str, length: int, out_dir: Pat
         share = rows["correct"] / rows["total"]
         ax.plot(rows["position"], share, label=name, color=colours[name], linewidth=1.2)
         band = [wilson_interval(float(p), float(n)) for p, n in zip(share, rows["total"])]
-        ax.fill_between(rows["position"], [b[0] for b in band], [b[1] for b in band], color=colours[name],
-                        alpha=0.18, linewidth=0)
+        ax.fill_between(
+            rows["position"], [b[0] for b in band], [b[1] for b in band], color=colours[name], alpha=0.18, linewidth=0
+        )
     for chance in _chance(view):  # labelled at the left: answers come last, the right is where the lines are
         ax.axhline(chance, color="grey", linestyle="--", linewidth=0.8)
-        ax.annotate(f"chance {chance:.3g}", (0.0, chance), xycoords=("axes fraction", "data"), fontsize=7,
-                    color="grey", ha="left", va="bottom", xytext=(2, 1), textcoords="offset points")
+        ax.annotate(
+            f"chance {chance:.3g}",
+            (0.0, chance),
+            xycoords=("axes fraction", "data"),
+            fontsize=7,
+            color="grey",
+            ha="left",
+            va="bottom",
+            xytext=(2, 1),
+            textcoords="offset points",
+        )
     for train in sorted(view["train_length"].unique()):
         ax.axvline(train, color="grey", linestyle=":", linewidth=1)
-        ax.annotate(f"train {train}", (train, 0.0), xycoords=("data", "axes fraction"), fontsize=7, color="grey",
-                    ha="left", va="bottom", xytext=(2, 2), textcoords="offset points")
+        ax.annotate(
+            f"train {train}",
+            (train, 0.0),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            color="grey",
+            ha="left",
+            va="bottom",
+            xytext=(2, 2),
+            textcoords="offset points",
+        )
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel(f"position of the answer token in a {length}-token sequence")
     ax.set_ylabel("token accuracy")
-    ax.set_title(f"{task}: where answers fail at length {length} (learned runs, seeds pooled; band: 95% Wilson "
-                 "interval of the pooled answer tokens)", fontsize=10)
+    ax.set_title(
+        f"{task}: where answers fail at length {length} (learned runs, seeds pooled; band: 95% Wilson "
+        "interval of the pooled answer tokens)",
+        fontsize=10,
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     _caption(fig, caption)

@@ -112,9 +112,12 @@ def _figures(results: Results, comparison: pd.DataFrame, out_dir: Path) -> dict[
     if len(mastered):
         figures[("steps",)] = plot_steps(mastered, out_dir)[0]
     learned_rows = ev[(ev["scaling"] == NO_SCALING) & ev["depth"].isna() & ev["learned"].astype(bool)]
-    pos = results.positions.merge(learned_rows[["run_id", "eval_length", "scaling", "task", "train_length",
-                                                "encoder", "variant", "config"]],  # config: the chance line
-                        on=["run_id", "eval_length", "scaling"])
+    pos = results.positions.merge(
+        learned_rows[
+            ["run_id", "eval_length", "scaling", "task", "train_length", "encoder", "variant", "config"]
+        ],  # config: the chance line
+        on=["run_id", "eval_length", "scaling"],
+    )
     pos = pos.assign(label=labels(pos.assign(depth=float("nan"))))
     for task in sorted(pos["task"].unique()):
         length = _position_length(pos[pos["task"] == task])
@@ -138,8 +141,10 @@ def loss_change_table(evidence: TableEvidence, comparison: pd.DataFrame, task: s
     if task not in NESTED_EVALUATION:
         return None
     mine = comparison[comparison["task"] == task]
-    sides = sorted({Side(e, sc) for e, sc in zip(mine["encoder"], mine["scaling"])},
-                   key=lambda side: (side.encoder, side.scaling != NO_SCALING, side.scaling))
+    sides = sorted(
+        {Side(e, sc) for e, sc in zip(mine["encoder"], mine["scaling"])},
+        key=lambda side: (side.encoder, side.scaling != NO_SCALING, side.scaling),
+    )
     rows = []
     for side in sides:
         train, row = evidence.train_length(task, side), {"encoder": side.label()}
@@ -147,14 +152,14 @@ def loss_change_table(evidence: TableEvidence, comparison: pd.DataFrame, task: s
             found = evidence.at_length(task, side, train * factor, "loss_change") if train else None
             values = list(found.values()) if found else []
             block = sequence_block(task, min(v.size for v in values)) if values else None
-            row[f"{factor}×"] = (group_estimate(values, bounded=False, block=block).format(signed=True)
-                                 if values else "—")
+            row[f"{factor}×"] = (
+                group_estimate(values, bounded=False, block=block).format(signed=True) if values else "—"
+            )
         rows.append(row)
     return pd.DataFrame(rows) if rows else None
 
 
-def _paired_cell(evidence: TableEvidence, task: str, side: Side, reference: Side, factor: int,
-                 metric: str) -> str:
+def _paired_cell(evidence: TableEvidence, task: str, side: Side, reference: Side, factor: int, metric: str) -> str:
     """``side − reference`` on ``metric`` at ``factor`` × the training length, mean [95% interval], paired
     by sequence, and by seed too where both sides are the same checkpoints
     (:func:`posenc.analysis.claims.paired_by_seed`, as the claims pair them); "—" where a side was not
@@ -163,8 +168,13 @@ def _paired_cell(evidence: TableEvidence, task: str, side: Side, reference: Side
     if not a or not b:
         return "—"
     by_seed = paired_by_seed(evidence, task, side, reference, list(a), list(b))
-    return paired_difference(list(a.values()), list(b.values()), metric != "loss", same_seeds=by_seed,
-                             block=sequence_block(task, min(len(v) for v in a.values()))).format(signed=True)
+    return paired_difference(
+        list(a.values()),
+        list(b.values()),
+        metric != "loss",
+        same_seeds=by_seed,
+        block=sequence_block(task, min(len(v) for v in a.values())),
+    ).format(signed=True)
 
 
 def paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str, metric: str) -> pd.DataFrame | None:
@@ -189,8 +199,9 @@ def paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str, m
     return pd.DataFrame(rows) if rows else None
 
 
-def scaling_paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task: str,
-                         metric: str) -> pd.DataFrame | None:
+def scaling_paired_table(
+    evidence: TableEvidence, comparison: pd.DataFrame, task: str, metric: str
+) -> pd.DataFrame | None:
     """Each RoPE scaling method minus the same checkpoints as trained, on ``metric`` at
     :data:`PAIRED_FACTORS`: one checkpoint per seed read two ways, so paired by seed as well as by sequence
     (a seed's own effect, shared by both readings, cancels instead of being counted twice); None where no
@@ -209,8 +220,9 @@ def scaling_paired_table(evidence: TableEvidence, comparison: pd.DataFrame, task
     return pd.DataFrame(rows) if rows else None
 
 
-def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: str,
-           choices: pd.DataFrame | None = None) -> tuple[str, dict]:
+def render(
+    results: Results, comparison: pd.DataFrame, out_dir: Path, command: str, choices: pd.DataFrame | None = None
+) -> tuple[str, dict]:
     """Draw every figure into ``out_dir`` and return ``report.md``'s text and the figures.
 
     Args:
@@ -224,16 +236,23 @@ def render(results: Results, comparison: pd.DataFrame, out_dir: Path, command: s
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     seeds = sorted({s for cell in comparison["seeds"] for s in str(cell).split(",") if s}, key=int)
     n_runs = results.evaluations["run_id"].nunique()
-    parts = ["# posenc comparison\n",
-             f"{GENERATED} on {when} by `{command}`.\n",
-             f"{n_runs} runs (seeds {', '.join(seeds)}). {method(comparison)}"
-             + (f" {LM_METHOD}" if "lm" in set(comparison["task"]) else "") + "\n"]
+    parts = [
+        "# posenc comparison\n",
+        f"{GENERATED} on {when} by `{command}`.\n",
+        f"{n_runs} runs (seeds {', '.join(seeds)}). {method(comparison)}"
+        + (f" {LM_METHOD}" if "lm" in set(comparison["task"]) else "")
+        + "\n",
+    ]
     if choices is not None and (section := choices_markdown(choices)):
         key = choices["key"].iloc[0]
-        parts.append(f"## Runs compared: `{key}` chosen per configuration\n\n"
-                     f"Where runs differ only in `{key}`, the value compared is the one whose seeds learned best "
-                     "at the training length (most seeds learned, then fewest mean steps-to-learn, then the "
-                     "closest to learning; `posenc.analysis.selection`): nothing past the training length is looked at.\n\n" + section + "\n")
+        parts.append(
+            f"## Runs compared: `{key}` chosen per configuration\n\n"
+            f"Where runs differ only in `{key}`, the value compared is the one whose seeds learned best "
+            "at the training length (most seeds learned, then fewest mean steps-to-learn, then the "
+            "closest to learning; `posenc.analysis.selection`): nothing past the training length is looked at.\n\n"
+            + section
+            + "\n"
+        )
     evidence = TableEvidence(with_depth_means(results))
     steps = steps_table(comparison)
     for task in sorted(comparison["task"].unique()):
@@ -251,8 +270,9 @@ def _paired_metric(task: str) -> str:
     return "loss" if metrics[0] == "perplexity" else metrics[1]
 
 
-def _task_section(task: str, comparison: pd.DataFrame, steps: pd.DataFrame, evidence: TableEvidence,
-                  figures: dict) -> list[str]:
+def _task_section(
+    task: str, comparison: pd.DataFrame, steps: pd.DataFrame, evidence: TableEvidence, figures: dict
+) -> list[str]:
     """One task's part of the report: mastery, metrics by length, figures, paired differences and, for
     rotary checkpoints evaluated under RoPE scaling methods, their tables and figures."""
     trained = comparison[comparison["scaling"] == NO_SCALING]
@@ -261,24 +281,34 @@ def _task_section(task: str, comparison: pd.DataFrame, steps: pd.DataFrame, evid
     parts += [f"Data: {line}\n" for line in data if line]
     mine = steps[steps["task"] == task].drop(columns="task")
     if has_mastery_criterion(task):
-        parts.append("**In distribution** (mastery: seeds that learned, mean steps-to-learn of those)\n\n"
-                     + mine.to_markdown(index=False, disable_numparse=True) + "\n")
+        parts.append(
+            "**In distribution** (mastery: seeds that learned, mean steps-to-learn of those)\n\n"
+            + mine.to_markdown(index=False, disable_numparse=True)
+            + "\n"
+        )
     metrics = report_metrics(task)
     for metric in metrics[:2]:
         table = pivot(trained, metric, task).drop(columns="task")
-        parts.append(f"**{metric.replace('_', ' ')}** by evaluation length\n\n"
-                     + table.to_markdown(index=False, disable_numparse=True) + "\n")
-    parts += [f"![{task}: {m.replace('_', ' ')}]({figures[(task, m)].name})\n"
-              for m in metrics if (task, m) in figures]
-    parts += [f"![{task}: {m.replace('_', ' ')} by depth]({figures[(task, m, 'depth')].name})\n"
-              for m in metrics if (task, m, "depth") in figures]
+        parts.append(
+            f"**{metric.replace('_', ' ')}** by evaluation length\n\n"
+            + table.to_markdown(index=False, disable_numparse=True)
+            + "\n"
+        )
+    parts += [f"![{task}: {m.replace('_', ' ')}]({figures[(task, m)].name})\n" for m in metrics if (task, m) in figures]
+    parts += [
+        f"![{task}: {m.replace('_', ' ')} by depth]({figures[(task, m, 'depth')].name})\n"
+        for m in metrics
+        if (task, m, "depth") in figures
+    ]
     if (task, "positions") in figures:
         parts.append(f"![{task}: accuracy by answer position]({figures[(task, 'positions')].name})\n")
     change = loss_change_table(evidence, comparison, task)
     if change is not None:
-        parts.append("**Change of loss from the training length** (nats per byte; each window minus the same bytes "
-                     "read at the training length; mean [95% interval] over seeds and windows; what the lm "
-                     "claims are checked on)\n\n" + change.to_markdown(index=False, disable_numparse=True) + "\n")
+        parts.append(
+            "**Change of loss from the training length** (nats per byte; each window minus the same bytes "
+            "read at the training length; mean [95% interval] over seeds and windows; what the lm "
+            "claims are checked on)\n\n" + change.to_markdown(index=False, disable_numparse=True) + "\n"
+        )
     encoders = sorted(trained.loc[trained["task"] == task, "encoder"].unique())
     unigram = against_unigram(trained, task, [Side(e) for e in encoders], every=False)
     if unigram:
@@ -286,15 +316,17 @@ def _task_section(task: str, comparison: pd.DataFrame, steps: pd.DataFrame, evid
     diff_metric = _paired_metric(task)
     diffs = paired_table(evidence, comparison, task, diff_metric)
     if diffs is not None:
-        parts.append(f"**Paired differences** in {diff_metric.replace('_', ' ')} against {REFERENCE.encoder} "
-                     "(same sequences, mean [95% interval]; positive: "
-                     f"{'higher loss' if diff_metric == 'loss' else 'better'} than {REFERENCE.encoder})\n\n"
-                     + diffs.to_markdown(index=False, disable_numparse=True) + "\n")
+        parts.append(
+            f"**Paired differences** in {diff_metric.replace('_', ' ')} against {REFERENCE.encoder} "
+            "(same sequences, mean [95% interval]; positive: "
+            f"{'higher loss' if diff_metric == 'loss' else 'better'} than {REFERENCE.encoder})\n\n"
+            + diffs.to_markdown(index=False, disable_numparse=True)
+            + "\n"
+        )
     return parts + _scaling_section(task, comparison, evidence, figures)
 
 
-def _scaling_section(task: str, comparison: pd.DataFrame, evidence: TableEvidence,
-                     figures: dict) -> list[str]:
+def _scaling_section(task: str, comparison: pd.DataFrame, evidence: TableEvidence, figures: dict) -> list[str]:
     """Rotary checkpoints evaluated under RoPE scaling methods: their tables, figures and each method's
     paired difference from the same checkpoints as trained (by seed and sequence); nothing where none was."""
     scaled_encoders = set(comparison.loc[comparison["scaling"] != NO_SCALING, "encoder"])
@@ -302,25 +334,37 @@ def _scaling_section(task: str, comparison: pd.DataFrame, evidence: TableEvidenc
     if not len(scaled) or not (scaled["scaling"] != NO_SCALING).any():
         return []
     metrics = report_metrics(task)
-    parts = [(f"### {task}: RoPE context extension at evaluation\n\n"
-              "The same rotary checkpoints under each `--rope-scaling` method, no retraining; the "
-              "factor follows the evaluation length (s = L'/L) unless a label says `:<factor>` (so "
-              "`dynamic_ntk`, Hugging Face's formula with factor 1, equals `ntk` here).\n")]
+    parts = [
+        (
+            f"### {task}: RoPE context extension at evaluation\n\n"
+            "The same rotary checkpoints under each `--rope-scaling` method, no retraining; the "
+            "factor follows the evaluation length (s = L'/L) unless a label says `:<factor>` (so "
+            "`dynamic_ntk`, Hugging Face's formula with factor 1, equals `ntk` here).\n"
+        )
+    ]
     for metric in metrics[:2]:
         table = pivot(scaled[scaled["depth"].isna()], metric, task).drop(columns="task")
-        parts.append(f"**{metric.replace('_', ' ')}** by evaluation length\n\n"
-                     + table.to_markdown(index=False, disable_numparse=True) + "\n")
-    parts += [f"![{task}: {m.replace('_', ' ')} under RoPE scaling]"
-              f"({figures[(task, m, 'rope_scaling')].name})\n"
-              for m in metrics if (task, m, "rope_scaling") in figures]
+        parts.append(
+            f"**{metric.replace('_', ' ')}** by evaluation length\n\n"
+            + table.to_markdown(index=False, disable_numparse=True)
+            + "\n"
+        )
+    parts += [
+        f"![{task}: {m.replace('_', ' ')} under RoPE scaling]({figures[(task, m, 'rope_scaling')].name})\n"
+        for m in metrics
+        if (task, m, "rope_scaling") in figures
+    ]
     diff_metric = _paired_metric(task)
     diffs = scaling_paired_table(evidence, comparison, task, diff_metric)
     if diffs is not None:
-        parts.append(f"**Paired differences** in {diff_metric.replace('_', ' ')} against the same "
-                     "checkpoints as trained (each seed's checkpoint read both ways: paired by seed and by "
-                     "sequence, mean [95% interval]; positive: "
-                     f"{'higher loss' if diff_metric == 'loss' else 'better'} than as trained)\n\n"
-                     + diffs.to_markdown(index=False, disable_numparse=True) + "\n")
+        parts.append(
+            f"**Paired differences** in {diff_metric.replace('_', ' ')} against the same "
+            "checkpoints as trained (each seed's checkpoint read both ways: paired by seed and by "
+            "sequence, mean [95% interval]; positive: "
+            f"{'higher loss' if diff_metric == 'loss' else 'better'} than as trained)\n\n"
+            + diffs.to_markdown(index=False, disable_numparse=True)
+            + "\n"
+        )
     return parts
 
 
@@ -328,35 +372,48 @@ def _literature_section(comparison: pd.DataFrame, evidence: TableEvidence) -> li
     """The verdict on each claim whose encoders were all run on its task here (a claim about encoders this
     comparison does not hold says nothing about it; one whose side did not learn or was not evaluated is "not
     testable"), and the paper's numbers beside posenc's for every encoder of the comparison."""
-    claims = [c for c in claims_for(set(comparison["task"]))
-              if all(evidence.learned(c.task, side) is not None for side in c.sides())]
+    claims = [
+        c
+        for c in claims_for(set(comparison["task"]))
+        if all(evidence.learned(c.task, side) is not None for side in c.sides())
+    ]
     verdicts = [check(c, evidence) for c in claims]
     if not verdicts:
         return []
-    parts = [("## Against the literature\n\n"
-              "Each claim is checked by one rule (`posenc.analysis.claims.check`) over windows of evaluation lengths "
-              "(e.g. (1×, 2×]: every length past the training length up to twice it, pooled per seed by "
-              "length, then sequence, over the lengths both sides were evaluated at). A comparison holds "
-              "when the paired interval of the difference lies on the expected side of 0, is contradicted "
-              "when it lies on the other side, and is not testable when neither side is above chance "
-              "(exact match 0, token accuracy 1/alphabet). A claim with k comparisons puts each interval "
-              "at 1 − 0.05/k (Bonferroni), so a verdict is wrong with probability at most 5%. Judged on its "
-              "testable comparisons: **agrees** when all hold, **differs** when any is contradicted, "
-              "**inconclusive** otherwise, **not testable** when none is, or a side did not learn its task "
-             "or was not run.\n"),
-             "\n".join(_with_ungated(v, evidence) + _with_unigram(v, comparison) for v in verdicts) + "\n"]
+    parts = [
+        (
+            "## Against the literature\n\n"
+            "Each claim is checked by one rule (`posenc.analysis.claims.check`) over windows of evaluation lengths "
+            "(e.g. (1×, 2×]: every length past the training length up to twice it, pooled per seed by "
+            "length, then sequence, over the lengths both sides were evaluated at). A comparison holds "
+            "when the paired interval of the difference lies on the expected side of 0, is contradicted "
+            "when it lies on the other side, and is not testable when neither side is above chance "
+            "(exact match 0, token accuracy 1/alphabet). A claim with k comparisons puts each interval "
+            "at 1 − 0.05/k (Bonferroni), so a verdict is wrong with probability at most 5%. Judged on its "
+            "testable comparisons: **agrees** when all hold, **differs** when any is contradicted, "
+            "**inconclusive** otherwise, **not testable** when none is, or a side did not learn its task "
+            "or was not run.\n"
+        ),
+        "\n".join(_with_ungated(v, evidence) + _with_unigram(v, comparison) for v in verdicts) + "\n",
+    ]
     trained = comparison[comparison["scaling"] == NO_SCALING]
     for claim in (v.claim for v in verdicts if v.claim.reported):
         mine = trained[(trained["task"] == claim.task) & (trained["variant"].fillna("") == "")]
         rows = paper_vs_posenc(claim, evidence, others=[Side(e) for e in sorted(mine["encoder"].unique())])
-        table = pd.DataFrame({
-            "encoder": [r.side.label() for r, _, _ in rows],
-            "paper": ["—" if math.isnan(r.value) else f"{r.value:.3f}" for r, _, _ in rows],
-            f"posenc {claim.windows[0].label()}": [est.format() for _, est, _ in rows],
-            "lengths": [", ".join(map(str, n)) or "—" for _, _, n in rows]})
-        parts.append(f"**{claim.source.split(',')[0]} ({claim.task}): paper vs posenc** "
-                     f"({claim.reported_where}; posenc: mean [95% interval] over seeds)\n\n"
-                     + table.to_markdown(index=False, disable_numparse=True) + "\n")
+        table = pd.DataFrame(
+            {
+                "encoder": [r.side.label() for r, _, _ in rows],
+                "paper": ["—" if math.isnan(r.value) else f"{r.value:.3f}" for r, _, _ in rows],
+                f"posenc {claim.windows[0].label()}": [est.format() for _, est, _ in rows],
+                "lengths": [", ".join(map(str, n)) or "—" for _, _, n in rows],
+            }
+        )
+        parts.append(
+            f"**{claim.source.split(',')[0]} ({claim.task}): paper vs posenc** "
+            f"({claim.reported_where}; posenc: mean [95% interval] over seeds)\n\n"
+            + table.to_markdown(index=False, disable_numparse=True)
+            + "\n"
+        )
     return parts
 
 
@@ -366,8 +423,10 @@ def _with_ungated(verdict, evidence: TableEvidence) -> str:
     lifted = ungated(verdict, evidence)
     if lifted is None:
         return verdict.markdown()
-    return (f"{verdict.markdown()}\n  - *Sensitivity, not a verdict:* with every side counted as converged the "
-            f"check would say **{lifted.outcome}**: {'; '.join(lifted.details)}. {lifted.rule}.")
+    return (
+        f"{verdict.markdown()}\n  - *Sensitivity, not a verdict:* with every side counted as converged the "
+        f"check would say **{lifted.outcome}**: {'; '.join(lifted.details)}. {lifted.rule}."
+    )
 
 
 UNIGRAM_FACTORS = (4, 8)  # lm: where the loss is set against the unigram reference (where RoPE's blows up)
@@ -376,9 +435,13 @@ UNIGRAM_FACTORS = (4, 8)  # lm: where the loss is set against the unigram refere
 def _loss_at(comparison: pd.DataFrame, task: str, side: Side, factor: int) -> pd.Series | None:
     """The comparison row of ``side`` on ``task`` (depth mean, no variant) at ``factor`` × its training
     length; None where there is not exactly one."""
-    rows = comparison[(comparison["task"] == task) & (comparison["encoder"] == side.encoder)
-                      & (comparison["scaling"] == side.scaling) & comparison["depth"].isna()
-                      & (comparison["eval_length"] == comparison["train_length"] * factor)]
+    rows = comparison[
+        (comparison["task"] == task)
+        & (comparison["encoder"] == side.encoder)
+        & (comparison["scaling"] == side.scaling)
+        & comparison["depth"].isna()
+        & (comparison["eval_length"] == comparison["train_length"] * factor)
+    ]
     if "variant" in rows:
         rows = rows[rows["variant"].fillna("") == ""]
     return rows.iloc[0] if len(rows) == 1 and not math.isnan(rows.iloc[0]["loss_mean"]) else None
@@ -402,13 +465,17 @@ def against_unigram(comparison: pd.DataFrame, task: str, sides: list[Side], ever
             low, high = row["loss_low"], row["loss_high"]
             place = "above" if low > reference else "below" if high < reference else "around"
             where[place].append(f"{side.label()} {factor}× {row['loss_mean']:.2f} [{low:.2f}, {high:.2f}]")
-    shown = [f"above it (the text read worse than with no context): {', '.join(where['above']) or 'none'}",
-             f"its interval holds it: {', '.join(where['around']) or 'none'}"]
+    shown = [
+        f"above it (the text read worse than with no context): {', '.join(where['above']) or 'none'}",
+        f"its interval holds it: {', '.join(where['around']) or 'none'}",
+    ]
     shown.append(f"below it: {', '.join(where['below']) or 'none'}" if every else "below it: every other")
     times = " and ".join(f"{f}×" for f in UNIGRAM_FACTORS)
-    return (f"unigram loss {reference:.3f} nats/byte, a model that reads no context (the training split's "
-            f"byte frequencies) on the same text; loss at {times} the training length, mean [95% interval]: "
-            + "; ".join(shown))
+    return (
+        f"unigram loss {reference:.3f} nats/byte, a model that reads no context (the training split's "
+        f"byte frequencies) on the same text; loss at {times} the training length, mean [95% interval]: "
+        + "; ".join(shown)
+    )
 
 
 def _with_unigram(verdict, comparison: pd.DataFrame) -> str:
@@ -423,6 +490,7 @@ def _with_unigram(verdict, comparison: pd.DataFrame) -> str:
 
 def same_report(a: str, b: str) -> bool:
     """Whether two report texts are the same but for the line saying when (and by what) they were made."""
+
     def body(text: str) -> list[str]:
         return [line for line in text.splitlines() if not line.startswith(GENERATED)]
 

@@ -33,9 +33,17 @@ ALIBI = {L: [1, 1, 1, 1], 2 * L: [1, 1, 1, 0]}  # a side all of whose 3 seeds le
 
 def _rope(n_trained: int, n_learned: int) -> list:
     """rope's seeds 0..n_trained-1 on copy, the first n_learned of them learned."""
-    return [fake_run("rope", LEARNED if s < n_learned else MISSED, seed=s, train_length=L,
-                     learned=s < n_learned, steps_to_learn=100.0 + s if s < n_learned else None)
-            for s in range(n_trained)]
+    return [
+        fake_run(
+            "rope",
+            LEARNED if s < n_learned else MISSED,
+            seed=s,
+            train_length=L,
+            learned=s < n_learned,
+            steps_to_learn=100.0 + s if s < n_learned else None,
+        )
+        for s in range(n_trained)
+    ]
 
 
 def _alibi() -> list:
@@ -48,17 +56,33 @@ def _row(comparison: pd.DataFrame, encoder: str, length: int) -> pd.Series:
     return rows.iloc[0]
 
 
-CLAIM = Claim("toy", "Someone et al. 2024, Venue", "ALiBi beats RoPE.", "copy", "exact_match",
-              (Window(1, 2),), (Comparison(Side("alibi"), Side("rope")),))
+CLAIM = Claim(
+    "toy",
+    "Someone et al. 2024, Venue",
+    "ALiBi beats RoPE.",
+    "copy",
+    "exact_match",
+    (Window(1, 2),),
+    (Comparison(Side("alibi"), Side("rope")),),
+)
 
 # (seeds trained, seeds learned, counts as learned): (a) the quorum, (b) short of it, (c) 3 seeds, one short:
 # as before the quorum existed, (d) every seed, with 15 and with 3
 CASES = [(15, 11, True), (15, 9, False), (3, 2, False), (15, 15, True), (3, 3, True)]
 
 
-@pytest.mark.parametrize(("n_trained", "n_learned", "learned"), [
-    *CASES, (15, MIN_LEARNED_SEEDS, True), (10, 10, True), (12, MIN_LEARNED_SEEDS - 1, False),
-    (1, 1, True), (1, 0, False), (0, 0, False)])
+@pytest.mark.parametrize(
+    ("n_trained", "n_learned", "learned"),
+    [
+        *CASES,
+        (15, MIN_LEARNED_SEEDS, True),
+        (10, 10, True),
+        (12, MIN_LEARNED_SEEDS - 1, False),
+        (1, 1, True),
+        (1, 0, False),
+        (0, 0, False),
+    ],
+)
 def test_the_rule(n_trained, n_learned, learned):
     assert MIN_LEARNED_SEEDS == 10  # issue 39: "at least 10 seeds"; fixed before the 15-seed results
     assert learned_by_rule(n_learned, n_trained) is learned
@@ -84,8 +108,11 @@ def test_the_comparison_uses_the_learned_seeds_of_a_quorum_past_l_and_every_seed
         assert past["n_seeds"] == n_trained
     share = f"seeds learned {n_learned}/{n_trained}"
     if quorum:
-        assert cell(at_l, "exact_match").endswith(f"] ({share})") and cell(past, "exact_match") == "0.500 [" + \
-            f"{past['exact_match_low']:.3f}, {past['exact_match_high']:.3f}]"
+        assert (
+            cell(at_l, "exact_match").endswith(f"] ({share})")
+            and cell(past, "exact_match")
+            == "0.500 [" + f"{past['exact_match_low']:.3f}, {past['exact_match_high']:.3f}]"
+        )
     elif learned:
         assert "seeds" not in cell(at_l, "exact_match") and cell(past, "exact_match").startswith("0.500 [")
     else:
@@ -127,8 +154,9 @@ def test_an_lm_quorum_counts_as_converged_and_ungated_checks_read_every_seed():
     """lm's "learned" is convergence: the same rule; a side converged by quorum is compared on its converged
     seeds, and the ungated sensitivity check (a side that did not converge) reads every seed of every side."""
     lm = {4: [0.5] * 4, 8: [0.5] * 4}
-    quorum = [fake_run("rope", lm, task="lm", train_length=4, seed=s, learned=s < 11, steps_to_learn=None)
-              for s in range(15)]
+    quorum = [
+        fake_run("rope", lm, task="lm", train_length=4, seed=s, learned=s < 11, steps_to_learn=None) for s in range(15)
+    ]
     evidence = TableEvidence(with_depth_means(results_of(*quorum)))
     assert evidence.learned("lm", Side("rope")) is True
     assert len(evidence.at_length("lm", Side("rope"), 8, "loss")) == 11
@@ -169,15 +197,16 @@ def captured(monkeypatch):
 
 
 @pytest.mark.parametrize(("n_trained", "n_learned", "learned"), CASES)
-def test_the_figure_draws_a_quorum_on_its_learned_seeds_and_names_its_share(captured, tmp_path, n_trained,
-                                                                           n_learned, learned):
+def test_the_figure_draws_a_quorum_on_its_learned_seeds_and_names_its_share(
+    captured, tmp_path, n_trained, n_learned, learned
+):
     comparison = aggregate(results_of(*_rope(n_trained, n_learned), *_alibi()))
     plots.plot_metric(comparison, "copy", "exact_match", tmp_path)
-    lines = {line.get_label(): line for line in captured[0].axes[0].get_lines()
-             if not line.get_label().startswith("_")}
+    lines = {line.get_label(): line for line in captured[0].axes[0].get_lines() if not line.get_label().startswith("_")}
     quorum = learned and n_learned < n_trained
-    label = ("rope (not learned)" if not learned else f"rope (seeds learned {n_learned}/{n_trained})" if quorum
-             else "rope")
+    label = (
+        "rope (not learned)" if not learned else f"rope (seeds learned {n_learned}/{n_trained})" if quorum else "rope"
+    )
     assert set(lines) == {label, "alibi"}
     xs, ys = lines[label].get_data()
     if learned:
