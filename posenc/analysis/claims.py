@@ -280,7 +280,9 @@ class Evidence(Protocol):
     """What :func:`check` needs to know about trained and evaluated runs; the caller implements it."""
 
     def learned(self, task: str, side: Side) -> bool | None:
-        """Whether every seed of this side's runs reached the in-distribution criterion (None: no runs)."""
+        """Whether this side's runs count as learned: every seed reached the in-distribution criterion, or the
+        quorum of :func:`posenc.analysis.mastery.learned_by_rule` did (its values past the training length are
+        then those seeds' only); None: no runs."""
 
     def train_length(self, task: str, side: Side) -> int | None:
         """The side's training length ``L`` (None: no runs, or not one length)."""
@@ -765,10 +767,13 @@ def check(claim: Claim, evidence: Evidence) -> Verdict:
 
 
 class _Converged:
-    """``evidence`` with every side that has runs counted as learned (converged): see :func:`ungated`."""
+    """``evidence`` with every side that has runs counted as learned (converged), and every seed's values
+    (an evidence's ``with_every_seed``, where it has one: a side learned by quorum is otherwise compared on
+    its learned seeds only): see :func:`ungated`."""
 
     def __init__(self, evidence: Evidence) -> None:
-        self._evidence = evidence
+        every_seed = getattr(evidence, "with_every_seed", None)
+        self._evidence = every_seed() if every_seed else evidence
 
     def __getattr__(self, name: str):
         return getattr(self._evidence, name)
@@ -789,8 +794,8 @@ def _not_learned(side: Side, task: str) -> str:
 
 def ungated(verdict: Verdict, evidence: Evidence) -> Verdict | None:
     """For an lm claim that is not testable only because sides did not converge (task_facts.converged): the
-    same check with those sides counted as converged - how much the convergence gate decides, shown beside the
-    verdict and never in its place. None for every other verdict."""
+    same check with those sides counted as converged, on every seed - how much the convergence gate decides,
+    shown beside the verdict and never in its place. None for every other verdict."""
     gated = f"did not converge on {verdict.claim.task}"
     if (
         verdict.outcome != "not testable"

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from posenc.analysis.claims import DEFAULT_MIXER, Side, mixer_of
+from posenc.analysis.mastery import by_quorum, compared_rows, mastery, share_text
 from posenc.analysis.stats import group_estimate, sequence_block
 from posenc.analysis.store import KEY, NO_DEPTH, NO_SCALING, Results, describe_config, differing_keys
 from posenc.task_facts import ANSWER_ALPHABET, has_mastery_criterion
@@ -92,34 +93,36 @@ def _per_seed(sequences: pd.DataFrame, metric: str) -> list[np.ndarray]:
 def aggregate(results: Results) -> pd.DataFrame:
     """One row per :data:`GROUP` with ``variant``, ``n_seeds`` (seeds evaluated there), ``seeds``, ``run_ids``,
     ``n_learned`` of ``n_trained`` seeds of the configuration that met the mastery criterion, ``learned``
-    (all of them did), ``steps_to_learn`` (mean over the seeds that learned), ``n_sequences`` (over all seeds), and for
-    each metric of :data:`METRICS` ``<metric>_mean``,
-    ``_low``, ``_high`` (95% interval, :func:`posenc.analysis.stats.group_estimate`); ``perplexity_*`` is ``exp`` of
-    the loss's; ``note``: the first note of the group's rows (e.g. why a learned table has no value)."""
+    (the configuration counts as learned: :func:`posenc.analysis.mastery.learned_by_rule`), ``steps_to_learn``
+    (mean over the seeds that learned), ``n_sequences`` (over the seeds compared there), and for each metric of
+    :data:`METRICS` ``<metric>_mean``, ``_low``, ``_high`` (95% interval, :func:`posenc.analysis.stats.group_estimate`);
+    ``perplexity_*`` is ``exp`` of the loss's; ``note``: the first note of the group's rows (e.g. why a learned
+    table has no value). A configuration learned by quorum is compared past its training length on the seeds
+    that learned only (:func:`posenc.analysis.mastery.compared_rows`): ``n_seeds`` and ``seeds`` say which."""
     results = with_depth_means(results)
     ev = results.evaluations.assign(variant=variants(results.evaluations))
     seq = results.sequences.assign(depth=results.sequences["depth"].fillna(NO_DEPTH))  # NaN never matches a key
     seq_groups = {key: part for key, part in seq.groupby(KEY, sort=False)}
-    # Mastery is a property of a configuration (all its seeds), not of a length: runs that did not learn
-    # are evaluated at their training length only, so the seeds present at longer lengths are the learned
-    # ones and would otherwise make a group that did not learn look learned there.
+    # Mastery is a property of a configuration (its seeds), not of a length: runs that did not learn are
+    # evaluated at their training length only, so the seeds present at longer lengths are the learned ones and
+    # would otherwise make a group that did not learn look learned there.
     per_run = ev.drop_duplicates("run_id").assign(learned=lambda t: t["learned"].astype(bool))
-    mastery = per_run.groupby("config_id")["learned"].agg(["sum", "count"])
+    counts = mastery(ev)
     rows = []
-    for key, group in ev.groupby(GROUP, sort=True, dropna=False):
+    for key, group in compared_rows(ev).groupby(GROUP, sort=True, dropna=False):
         row = dict(zip(GROUP, key))
         runs = group.drop_duplicates("run_id")
-        learned_seeds, all_seeds = mastery.loc[row["config_id"]]
+        found = counts.loc[row["config_id"]]
         row.update(
             variant=group["variant"].iloc[0],
             n_seeds=len(runs),
             seeds=",".join(str(s) for s in sorted(runs["seed"])),
             run_ids=",".join(sorted(runs["run_id"])),
-            n_learned=int(learned_seeds),
-            n_trained=int(all_seeds),
+            n_learned=int(found["n_learned"]),
+            n_trained=int(found["n_trained"]),
             scaling_factor=group["scaling_factor"].iloc[0],
         )
-        row["learned"] = bool(learned_seeds == all_seeds)
+        row["learned"] = bool(found["learned"])
         configs = per_run[per_run["config_id"] == row["config_id"]]
         steps = configs.loc[configs["learned"], "steps_to_learn"].dropna()
         row["steps_to_learn"] = float(steps.mean()) if len(steps) else math.nan
@@ -200,8 +203,9 @@ def labels(table: pd.DataFrame) -> pd.Series:
 
 
 def cell(row: pd.Series, metric: str) -> str:
-    """``mean [low, high]`` of ``metric`` in a comparison row; '—' where undefined; groups that did not all
-    learn their task show only their in-distribution value, marked, and nothing past it."""
+    """``mean [low, high]`` of ``metric`` in a comparison row; '—' where undefined; groups that did not learn
+    their task (:func:`posenc.analysis.mastery.learned_by_rule`) show only their in-distribution value, marked,
+    and nothing past it; one learned by quorum shows its share of seeds that learned at the training length."""
     mean = row[f"{metric}_mean"]
     if held_back(row["learned"], row.get("task")):
         if row["eval_length"] != row["train_length"]:
@@ -212,8 +216,11 @@ def cell(row: pd.Series, metric: str) -> str:
         return "—"
     digits = 2 if metric == "perplexity" else 3
     text = f"{mean:.{digits}f} [{row[f'{metric}_low']:.{digits}f}, {row[f'{metric}_high']:.{digits}f}]"
-    if not row["learned"] and row["eval_length"] == row["train_length"]:  # lm: marked once, at L
-        text += f" (converged: {row['n_learned']}/{row['n_trained']} seeds)"
+    if row["eval_length"] == row["train_length"]:  # marked once, at L
+        if not row["learned"]:  # lm: not converged
+            text += f" (converged: {row['n_learned']}/{row['n_trained']} seeds)"
+        elif by_quorum(row["n_learned"], row["n_trained"]):
+            text += f" ({share_text(row['n_learned'], row['n_trained'], has_mastery_criterion(row.get('task')))})"
     return text
 
 
@@ -243,6 +250,6 @@ def steps_table(comparison: pd.DataFrame) -> pd.DataFrame:
             "exact match at 1×": first["exact_match_mean"],
         }
     ).sort_values(["task", "steps to learn"], na_position="last", ignore_index=True)
-    table["steps to learn"] = [f"{v:.0f}" if v == v else "—" for v in table["steps to learn"]]
-    table["exact match at 1×"] = [f"{v:.3f}" if v == v else "—" for v in table["exact match at 1×"]]
+    table["steps to learn"] = [f"{v:.0f}" if not math.isnan(v) else "—" for v in table["steps to learn"]]
+    table["exact match at 1×"] = [f"{v:.3f}" if not math.isnan(v) else "—" for v in table["exact match at 1×"]]
     return table

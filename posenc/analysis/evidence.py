@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ import pandas as pd
 
 from posenc.analysis.claims import Side, mixer_of
 from posenc.analysis.compare import chance_token_accuracy
+from posenc.analysis.mastery import compared_rows, mastery
 from posenc.analysis.store import Results
 from posenc.task_facts import NESTED_EVALUATION
 
@@ -25,9 +27,15 @@ class TableEvidence:
     run recorded before mixers existed, is attention's). It is ambiguous - and so not evaluated, as far as a
     claim is concerned - when those runs are in several configurations: a claim names encoders and mixers,
     not configurations.
+
+    A side learned by quorum (:func:`posenc.analysis.mastery.learned_by_rule`) has values past its training
+    length from the seeds that learned only (:func:`posenc.analysis.mastery.compared_rows`); ``every_seed``
+    (:meth:`with_every_seed`) keeps every seed's, for views of all seeds such as
+    :func:`posenc.analysis.claims.ungated`.
     """
 
-    def __init__(self, results: Results) -> None:
+    def __init__(self, results: Results, every_seed: bool = False) -> None:
+        self.every_seed = every_seed
         self.ev = results.evaluations
         configs = self.ev["config"] if "config" in self.ev else pd.Series(None, index=self.ev.index, dtype=object)
         mixers = {c: mixer_of(c) for c in configs.unique()}
@@ -38,6 +46,7 @@ class TableEvidence:
         self._seq = {
             (run_id, int(length), scaling): part.sort_values("sequence") for (run_id, length, scaling), part in groups
         }
+        self._compared: dict[tuple, pd.DataFrame] = {}  # (task, encoder, mixer) -> compared_rows of its runs
 
     def _runs(self, task: str, side: Side) -> pd.DataFrame | None:
         rows = self.ev[(self.ev["task"] == task) & (self.ev["encoder"] == side.encoder) & (self._mixer == side.mixer)]
@@ -45,16 +54,32 @@ class TableEvidence:
             return None
         return rows
 
+    def with_every_seed(self) -> TableEvidence:
+        """The same evidence with every seed's values at every length, learned or not (see the class)."""
+        if self.every_seed:
+            return self
+        every = copy.copy(self)  # the same tables, read once
+        every.every_seed = True
+        return every
+
     def _evaluated(self, task: str, side: Side) -> pd.DataFrame | None:
-        """The side's evaluation rows without depth (passkey: the mean over depths), at its scaling."""
+        """The side's evaluation rows without depth (passkey: the mean over depths), at its scaling: the seeds
+        compared (:func:`posenc.analysis.mastery.compared_rows`), or every seed with :attr:`every_seed`."""
         rows = self._runs(task, side)
         if rows is None:
             return None
+        if not self.every_seed:  # counted over every row of the configuration; once per side's runs
+            key = (task, side.encoder, side.mixer)
+            if key not in self._compared:
+                self._compared[key] = compared_rows(rows)
+            rows = self._compared[key]
         return rows[(rows["scaling"] == side.scaling) & rows["depth"].isna()]
 
     def learned(self, task: str, side: Side) -> bool | None:
+        """Whether the side's configuration counts as learned (:func:`posenc.analysis.mastery.learned_by_rule`:
+        every seed, or the quorum); None: no runs."""
         rows = self._runs(task, side)
-        return None if rows is None else bool(rows.drop_duplicates("run_id")["learned"].astype(bool).all())
+        return None if rows is None else bool(mastery(rows)["learned"].iloc[0])
 
     def same_runs(self, task: str, a: Side, b: Side) -> bool:
         """Both sides are the same runs (one encoder and mixer, e.g. RoPE under two scaling methods), each

@@ -12,6 +12,8 @@ import pandas as pd
 
 from posenc import files as run_files
 from posenc.analysis.compare import NOT_CONVERGED, held_back
+from posenc.analysis.mastery import by_quorum, share_text
+from posenc.task_facts import has_mastery_criterion
 
 LABELS = {
     "exact_match": "exact match", "token_accuracy": "token accuracy", "loss": "loss (nats per answer token)",
@@ -45,7 +47,8 @@ def _draw(
 
     Groups that did not learn their task in distribution are drawn as one hollow grey marker at the
     training length, labelled "not learned" in the legend: nothing past it is compared. The training length's
-    label then starts right of the marker, not on it.
+    label then starts right of the marker, not on it. A group learned by quorum (its line past the training
+    length: the seeds that learned, :mod:`posenc.analysis.mastery`) names its share in the legend.
     """
     unlearned = False
     for name, rows in view.groupby(by, sort=False):
@@ -68,13 +71,18 @@ def _draw(
             )
             continue
         converged = bool(rows["learned"].all())  # lm: a group with a seed that did not converge is dotted
+        label = name if converged else f"{name} ({NOT_CONVERGED})"
+        seeds = (int(rows["n_learned"].iloc[0]), int(rows["n_trained"].iloc[0])) if "n_learned" in rows else (0, 0)
+        if converged and by_quorum(*seeds):  # learned by quorum: the share beside the name
+            task = rows["task"].iloc[0] if "task" in rows else None
+            label = f"{name} ({share_text(*seeds, has_mastery_criterion(task))})"
         ax.plot(
             rows["eval_length"],
             rows[f"{metric}_mean"],
             marker="o",
             markersize=3,
             color=colour,
-            label=name if converged else f"{name} ({NOT_CONVERGED})",
+            label=label,
             linestyle=(styles or {}).get(name, "-") if converged else ":",
         )
         low, high = rows[f"{metric}_low"], rows[f"{metric}_high"]
@@ -114,7 +122,7 @@ def _unigram_line(ax, view: pd.DataFrame, metric: str) -> None:
     if metric not in ("loss", "perplexity") or "task" not in view or view.empty:
         return
     loss = task_unigram_loss(view, view["task"].iloc[0])
-    if loss != loss:  # NaN: none recorded
+    if math.isnan(loss):  # none recorded
         return
     level = math.exp(loss) if metric == "perplexity" else loss
     shown = f"{level:.1f}" if metric == "perplexity" else f"{level:.3f}"
@@ -140,7 +148,7 @@ NOT_LEARNED_GAP = NOT_LEARNED_SIZE / 2 + 4  # points from the line to the "train
 def mark_training_lengths(ax, lengths, at_top: bool = False, gap: float = 2) -> None:
     """A dotted vertical line at each training length, labelled "train N" at the bottom (or top) of ``ax``,
     ``gap`` points right of the line."""
-    for length in sorted(set(int(n) for n in lengths)):
+    for length in sorted({int(n) for n in lengths}):
         ax.axvline(length, color="grey", linestyle=":", linewidth=1)
         ax.annotate(
             f"train {length}",
@@ -516,7 +524,7 @@ def plot_steps(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     )
     budget = runs["budget"] if "budget" in runs else pd.Series(float("nan"), index=runs.index)
     right = float(pd.concat([runs["steps_to_learn"], budget]).max())
-    right = right if right == right else 1.0  # NaN: nothing recorded
+    right = 1.0 if math.isnan(right) else right  # NaN: nothing recorded
     for ax, task in zip(axes.flat, tasks):
         part = runs[runs["task"] == task]
         order = part.groupby("label")["steps_to_learn"].mean().sort_values(na_position="last").index.tolist()

@@ -27,6 +27,7 @@ from posenc.analysis.compare import (
 )
 from posenc.analysis.evidence import TableEvidence
 from posenc.analysis.literature import claims_for
+from posenc.analysis.mastery import MIN_LEARNED_SEEDS
 from posenc.analysis.plots import plot_all, plot_positions, plot_steps
 from posenc.analysis.selection import choices_markdown
 from posenc.analysis.stats import group_estimate, paired_difference
@@ -35,20 +36,43 @@ from posenc.task_facts import NESTED_EVALUATION, has_mastery_criterion, report_m
 
 GENERATED = "Generated"  # the first word of the report's one line that changes between regenerations
 
-METHOD = (
-    "Each cell is the mean over seeds with its 95% interval in brackets. The interval counts both sources of "
-    "uncertainty: the spread between seeds, with Student's t on S − 1 degrees of freedom, and the finite number "
-    "of evaluated sequences (lm: batch means of about √n consecutive windows), as Wilson's score interval at an "
-    "effective sample size (`posenc.analysis.stats`), so it stays inside [0, 1] and is never of zero width for a "
-    "share. "
-    "Runs are pooled only when their whole configuration but the seed is the same. A group "
-    "whose seeds did not all reach the mastery criterion over its training lengths (held-out exact match ≥ "
-    "`train.target_exact_match`) is marked *not learned* and not compared past it ('n/l'). Every run sees the "
-    "same evaluation sequences at a given length, so differences between encoders are paired by sequence. "
-    "'—': not evaluated, or not representable (a learned table has no rows past its training length). Full "
-    "numbers: `comparison.*`; per run and length: `extrapolation.*`; per sequence: `sequences.parquet`; by "
-    "answer position: `positions.parquet`."
+#: How the report states the mastery rule (:mod:`posenc.analysis.mastery`) where no configuration has
+#: :data:`MIN_LEARNED_SEEDS` seeds, so that only "every seed" can make it learned ...
+ALL_SEEDS_RULE = (
+    "A group whose seeds did not all reach the mastery criterion over its training lengths (held-out exact "
+    "match ≥ `train.target_exact_match`) is marked *not learned* and not compared past it ('n/l')."
 )
+#: ... and where one has, so that the quorum can.
+QUORUM_RULE = (
+    "A group counts as learned when all its seeds reached the mastery criterion over its training lengths "
+    "(held-out exact match ≥ `train.target_exact_match`), or at least "
+    f"{MIN_LEARNED_SEEDS} of them did (*learned by quorum*, fixed before the results: `posenc.analysis.mastery`): "
+    "then at every length but the training length (which keeps every seed) its tables, intervals, figures, "
+    "paired differences and literature checks use only the seeds that learned, and its share is shown ('seeds "
+    "learned k/n' at the training length and in the figures' legends; the mastery table gives every group's). "
+    "Any other group is marked *not learned* and not compared past its training length ('n/l')."
+)
+
+
+def method(comparison: pd.DataFrame) -> str:
+    """The report's paragraph on how cells are computed, with the mastery rule as it applies to
+    ``comparison``: the quorum is stated where a configuration has at least :data:`MIN_LEARNED_SEEDS`
+    seeds (with fewer, "every seed" is the rule, and reports of such comparisons read as before it existed)."""
+    trained = comparison["n_trained"] if "n_trained" in comparison else pd.Series(dtype=float)
+    rule = QUORUM_RULE if (trained >= MIN_LEARNED_SEEDS).any() else ALL_SEEDS_RULE
+    return (
+        "Each cell is the mean over seeds with its 95% interval in brackets. The interval counts both sources of "
+        "uncertainty: the spread between seeds, with Student's t on S − 1 degrees of freedom, and the finite "
+        "number of evaluated sequences (lm: batch means of about √n consecutive windows), as Wilson's score "
+        "interval at an effective sample size (`posenc.analysis.stats`), so it stays inside [0, 1] and is never of "
+        "zero width for a share. Runs are pooled only when their whole configuration but the seed is the same. "
+        f"{rule} Every run sees the same evaluation sequences at a given length, so differences between encoders "
+        "are paired by sequence. '—': not evaluated, or not representable (a learned table has no rows past its "
+        "training length). Full numbers: `comparison.*`; per run and length: `extrapolation.*`; per sequence: "
+        "`sequences.parquet`; by answer position: `positions.parquet`."
+    )
+
+
 LM_METHOD = (
     "lm has no mastery criterion: a run *converged* when its held-out loss at the training length, checked every "
     "`train.check_every` steps, fell by under 2% over the last quarter of its budget (`posenc.task_facts."
@@ -216,7 +240,7 @@ def render(
     parts = [
         "# posenc comparison\n",
         f"{GENERATED} on {when} by `{command}`.\n",
-        f"{n_runs} runs (seeds {', '.join(seeds)}). {METHOD}"
+        f"{n_runs} runs (seeds {', '.join(seeds)}). {method(comparison)}"
         + (f" {LM_METHOD}" if "lm" in set(comparison["task"]) else "")
         + "\n",
     ]
@@ -312,10 +336,12 @@ def _scaling_section(task: str, comparison: pd.DataFrame, evidence: TableEvidenc
         return []
     metrics = report_metrics(task)
     parts = [
-        f"### {task}: RoPE context extension at evaluation\n\n"
-        "The same rotary checkpoints under each `--rope-scaling` method, no retraining; the "
-        "factor follows the evaluation length (s = L'/L) unless a label says `:<factor>` (so "
-        "`dynamic_ntk`, Hugging Face's formula with factor 1, equals `ntk` here).\n"
+        (
+            f"### {task}: RoPE context extension at evaluation\n\n"
+            "The same rotary checkpoints under each `--rope-scaling` method, no retraining; the "
+            "factor follows the evaluation length (s = L'/L) unless a label says `:<factor>` (so "
+            "`dynamic_ntk`, Hugging Face's formula with factor 1, equals `ntk` here).\n"
+        )
     ]
     for metric in metrics[:2]:
         table = pivot(scaled[scaled["depth"].isna()], metric, task).drop(columns="task")
@@ -356,17 +382,19 @@ def _literature_section(comparison: pd.DataFrame, evidence: TableEvidence) -> li
     if not verdicts:
         return []
     parts = [
-        "## Against the literature\n\n"
-        "Each claim is checked by one rule (`posenc.analysis.claims.check`) over windows of evaluation lengths "
-        "(e.g. (1×, 2×]: every length past the training length up to twice it, pooled per seed by "
-        "length, then sequence, over the lengths both sides were evaluated at). A comparison holds "
-        "when the paired interval of the difference lies on the expected side of 0, is contradicted "
-        "when it lies on the other side, and is not testable when neither side is above chance "
-        "(exact match 0, token accuracy 1/alphabet). A claim with k comparisons puts each interval "
-        "at 1 − 0.05/k (Bonferroni), so a verdict is wrong with probability at most 5%. Judged on its "
-        "testable comparisons: **agrees** when all hold, **differs** when any is contradicted, "
-        "**inconclusive** otherwise, **not testable** when none is, or a side did not learn its task "
-        "or was not run.\n",
+        (
+            "## Against the literature\n\n"
+            "Each claim is checked by one rule (`posenc.analysis.claims.check`) over windows of evaluation lengths "
+            "(e.g. (1×, 2×]: every length past the training length up to twice it, pooled per seed by "
+            "length, then sequence, over the lengths both sides were evaluated at). A comparison holds "
+            "when the paired interval of the difference lies on the expected side of 0, is contradicted "
+            "when it lies on the other side, and is not testable when neither side is above chance "
+            "(exact match 0, token accuracy 1/alphabet). A claim with k comparisons puts each interval "
+            "at 1 − 0.05/k (Bonferroni), so a verdict is wrong with probability at most 5%. Judged on its "
+            "testable comparisons: **agrees** when all hold, **differs** when any is contradicted, "
+            "**inconclusive** otherwise, **not testable** when none is, or a side did not learn its task "
+            "or was not run.\n"
+        ),
         "\n".join(_with_ungated(v, evidence) + _with_unigram(v, comparison) for v in verdicts) + "\n",
     ]
     trained = comparison[comparison["scaling"] == NO_SCALING]

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from posenc import files as run_files
-from posenc.analysis.compare import held_back
+from posenc.analysis.mastery import held_at_training_length
 from posenc.analysis.run_folder import RunFolder
 from posenc.analysis.store import COLUMNS, Results
 from posenc.analysis.tables import describe_run
@@ -240,11 +240,11 @@ def _plan(
     folders = {run: folders[run] for run in runs}
     configs = {run: folders[run].config for run in runs}
     plan = {run: scalings_for(configs[run], scalings) for run in runs}
-    missed = set() if include_not_learned else _held_back_configs(folders.values())
+    missed = set() if include_not_learned else _held_back_runs(folders.values())
     wanted = {
         run: [
             n
-            for n in _lengths_for(folders[run], lengths, up_to, folders[run].identity.config_id not in missed)
+            for n in _lengths_for(folders[run], lengths, up_to, folders[run].identity.run_id not in missed)
             if any((folders[run].run_id, n, scaling_label(sc)) not in done for sc in plan[run])
         ]
         for run in runs
@@ -252,13 +252,25 @@ def _plan(
     return _Plan(runs, folders, configs, plan, wanted, skipped)
 
 
-def _held_back_configs(folders) -> set[str]:
-    """The configurations evaluated at their training length only. Mastery belongs to a configuration: if one
-    of its seeds did not learn, none of them is compared past the training length, so none is evaluated there
-    (the long lengths are the expensive ones). lm has no mastery: a run that did not converge is still
-    compared (marked) at every length (:func:`posenc.analysis.compare.held_back`). Finished runs only: an unfinished one
-    is skipped anyway."""
-    return {f.identity.config_id for f in folders if f.finished and held_back(f.learned, f.task)}
+def _held_back_runs(folders) -> set[str]:
+    """The runs (by run id) evaluated at their training length only. Mastery belongs to a configuration: if it
+    does not count as learned (:func:`posenc.analysis.mastery.learned_by_rule`: every seed learned, or at
+    least ``MIN_LEARNED_SEEDS``), none of its seeds is compared past the training length, so none is evaluated
+    there (the long lengths are the expensive ones); if it learned by quorum, its seeds that did not learn are
+    not (:func:`posenc.analysis.mastery.held_at_training_length`). lm has no mastery: a run that did not
+    converge is still compared (marked) at every length (:func:`posenc.analysis.compare.held_back`). Finished
+    runs only: an unfinished one is skipped anyway."""
+    finished = [f for f in folders if f.finished]
+    return held_at_training_length(
+        pd.DataFrame(
+            {
+                "config_id": [f.identity.config_id for f in finished],
+                "run_id": [f.identity.run_id for f in finished],
+                "learned": [f.learned for f in finished],
+                "task": [f.task for f in finished],
+            }
+        )
+    )
 
 
 def _evaluate_run(
@@ -305,8 +317,9 @@ def _evaluate_run(
 
 def _lengths_for(folder: RunFolder, lengths: list[int] | None, up_to: int, learned: bool) -> list[int]:
     """The lengths to evaluate a run at: ``lengths`` (default: :func:`default_lengths` up to ``up_to``);
-    a run whose configuration did not learn its task in distribution only at its training length, where it
-    is reported as not learned: past it there is nothing to compare."""
+    a run not compared past its training length (``learned`` False: its configuration did not learn its task
+    in distribution, or it did by quorum and this seed did not; :func:`_held_back_runs`) only at its training
+    length, where it is reported: past it there is nothing to compare."""
     train_length = folder.train_length
     task = folder.config.get("task") if isinstance(folder.config.get("task"), dict) else {}
     wanted = lengths or default_lengths(train_length, up_to, bool(task.get("variable_length")))
@@ -354,13 +367,12 @@ def scaling_note(table: pd.DataFrame, scalings: list[RopeScaling]) -> str | None
 def not_learned_note(table: pd.DataFrame, lengths: list[int] | None) -> str | None:
     """A line for the user naming the runs in ``table`` evaluated at their training length only because their
     configuration did not learn its task there (mastery belongs to a configuration: a learned seed beside a
-    seed that did not is held back too), when longer ``lengths`` were asked for (None: the default doubling
-    lengths). None if there are none."""
+    seed that did not is held back too), or, in a configuration learned by quorum, they did not
+    (:func:`posenc.analysis.mastery.held_at_training_length`, counted over ``table``'s runs), when longer
+    ``lengths`` were asked for (None: the default doubling lengths). None if there are none."""
     if table.empty:
         return None
-    held = [held_back(bool(learned), task) for learned, task in zip(table["learned"], table["task"])]
-    missed = table[table["config_id"].isin(table.loc[held, "config_id"])]
-    missed = missed.drop_duplicates("run_id")
+    missed = table[table["run_id"].isin(held_at_training_length(table))].drop_duplicates("run_id")
     if lengths is not None:
         missed = missed[[any(n != t for n in lengths) for t in missed["train_length"]]]
     if missed.empty:
