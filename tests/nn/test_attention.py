@@ -60,8 +60,17 @@ def test_score_mod_is_the_score_bias(name):
         torch.testing.assert_close(got[causal], encoder.score_bias(positions, positions)[h].float()[causal])
 
 
+def _tensors_in(value) -> list:
+    """The tensors in ``value``: itself, or those in a tuple or list of them (FIRE closes over one per unit)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors_in(item)]
+    return []
+
+
 def _closed_over_tensors(score_mod):
-    return [c.cell_contents for c in score_mod.__closure__ or () if isinstance(c.cell_contents, torch.Tensor)]
+    return [t for c in score_mod.__closure__ or () for t in _tensors_in(c.cell_contents)]
 
 
 @pytest.mark.parametrize("name", FLEX_ENCODERS)
