@@ -91,18 +91,7 @@ def _draw(
     mark_training_lengths(ax, view["train_length"].unique(), gap=NOT_LEARNED_GAP if unlearned else 2)
     if metric == "token_accuracy" and "chance_token_accuracy" in view:
         for chance in view["chance_token_accuracy"].dropna().unique():
-            ax.axhline(chance, color="grey", linestyle="--", linewidth=0.8)
-            ax.annotate(
-                f"chance {chance:.3g}",
-                (1.0, chance),
-                xycoords=("axes fraction", "data"),
-                fontsize=7,
-                color="grey",
-                ha="right",
-                va="bottom",
-                xytext=(-2, 1),
-                textcoords="offset points",
-            )
+            _chance_line(ax, chance, at_left=False)
     _unigram_line(ax, view, metric)
     _length_axis(ax, sorted(view["eval_length"].unique()))
     if metric in BOUNDED:
@@ -110,6 +99,22 @@ def _draw(
     elif metric == "perplexity":
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
+
+
+def _chance_line(ax, chance: float, at_left: bool) -> None:
+    """A dashed grey line at the chance level ``chance``, labelled just above it at the left or right edge."""
+    ax.axhline(chance, color="grey", linestyle="--", linewidth=0.8)
+    ax.annotate(
+        f"chance {chance:.3g}",
+        (0.0 if at_left else 1.0, chance),
+        xycoords=("axes fraction", "data"),
+        fontsize=7,
+        color="grey",
+        ha="left" if at_left else "right",
+        va="bottom",
+        xytext=(2 if at_left else -2, 1),
+        textcoords="offset points",
+    )
 
 
 def _unigram_line(ax, view: pd.DataFrame, metric: str) -> None:
@@ -593,18 +598,7 @@ def plot_positions(positions: pd.DataFrame, task: str, length: int, out_dir: Pat
             rows["position"], [b[0] for b in band], [b[1] for b in band], color=colours[name], alpha=0.18, linewidth=0
         )
     for chance in _chance(view):  # labelled at the left: answers come last, the right is where the lines are
-        ax.axhline(chance, color="grey", linestyle="--", linewidth=0.8)
-        ax.annotate(
-            f"chance {chance:.3g}",
-            (0.0, chance),
-            xycoords=("axes fraction", "data"),
-            fontsize=7,
-            color="grey",
-            ha="left",
-            va="bottom",
-            xytext=(2, 1),
-            textcoords="offset points",
-        )
+        _chance_line(ax, chance, at_left=True)
     for train in sorted(view["train_length"].unique()):
         ax.axvline(train, color="grey", linestyle=":", linewidth=1)
         ax.annotate(
