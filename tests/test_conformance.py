@@ -19,12 +19,13 @@ from torch import nn
 from typer.testing import CliRunner
 
 import posenc.testing
-from posenc import conformance, fused_bias
+from posenc import conformance
 from posenc import functional as pf
 from posenc.cli.app import app
 from posenc.encoders import ENCODERS, PositionalEncoder
 from posenc.encoders.base import KeyBias, OwnAttention, as_is
 from posenc.errors import ConfigError, PositionRangeError
+from posenc.nn import fused_bias
 from posenc.testing import assert_conforms
 
 # -- toy encoders: one sound, the others each broken in one way -------------------------------------------------
