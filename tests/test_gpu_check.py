@@ -195,11 +195,19 @@ def test_a_background_step_stops_when_the_step_it_runs_beside_ends(tmp_path):
         budget=60,
     )
     check, ended = gpu_check.Check(args), threading.Event()
-    threading.Timer(0.5, ended.set).start()
-    begun = time.monotonic()
-    sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
-    assert check.run(sleeper, 30, "sleep.log", stop=ended) is None
-    assert time.monotonic() - begun < 15  # SIGINT ends it at once
+    log, stopped_at = check.logs / "sleep.log", []
+
+    def end_the_step_once_the_child_sleeps():  # a SIGINT sent while the child's interpreter still starts up
+        deadline = time.monotonic() + 120  # (seconds on a loaded machine) tests nothing: wait for it to sleep
+        while time.monotonic() < deadline and "zzzzzz" not in (log.read_text() if log.exists() else ""):
+            time.sleep(0.05)
+        stopped_at.append(time.monotonic())
+        ended.set()
+
+    threading.Thread(target=end_the_step_once_the_child_sleeps, daemon=True).start()
+    sleeper = [sys.executable, "-c", "import time; print('zz' * 3, flush=True); time.sleep(300)"]
+    assert check.run(sleeper, 300, "sleep.log", stop=ended) is None
+    assert time.monotonic() - stopped_at[0] < 10  # SIGINT ends it at once (SIGKILL would come 15 s later)
     assert "stopped after its step's end" in (check.logs / "sleep.log").read_text()
 
 
