@@ -217,6 +217,7 @@ class Check:
                 cwd=cwd or ROOT,
                 env=env or self.env,
                 start_new_session=True,
+                preexec_fn=_interruptible,
             )
             while True:
                 try:
@@ -746,6 +747,13 @@ def _beside_python(name: str) -> str:
     """The console script ``name`` installed with this interpreter, else the one on PATH."""
     here = Path(sys.executable).parent / name
     return str(here) if here.exists() else (shutil.which(name) or name)
+
+
+def _interruptible() -> None:
+    """In a step's process, before exec: SIGINT back to its default. A SIGINT the parent ignores (a job a
+    non-interactive shell started with ``&``) stays ignored across exec, and Python then installs no
+    KeyboardInterrupt handler, so :func:`_stop`'s SIGINT would not end the step gently."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -8,6 +8,7 @@ import argparse
 import csv
 import json
 import re
+import signal
 import subprocess
 import sys
 import tarfile
@@ -206,7 +207,12 @@ def test_a_background_step_stops_when_the_step_it_runs_beside_ends(tmp_path):
 
     threading.Thread(target=end_the_step_once_the_child_sleeps, daemon=True).start()
     sleeper = [sys.executable, "-c", "import time; print('zz' * 3, flush=True); time.sleep(300)"]
-    assert check.run(sleeper, 300, "sleep.log", stop=ended) is None
+    # as in a job a shell started with `&`: SIGINT ignored here, which a child inherits unless run() restores it
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert check.run(sleeper, 300, "sleep.log", stop=ended) is None
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - stopped_at[0] < 10  # SIGINT ends it at once (SIGKILL would come 15 s later)
     assert "stopped after its step's end" in (check.logs / "sleep.log").read_text()
 
