@@ -176,6 +176,16 @@ PATHS: dict[str, Callable[[CausalAttention, Call], Tensor | None]] = {
 }
 
 
+def _causal_block(q: Tensor, k: Tensor, v: Tensor, start: int, end: int, bias: Tensor, dropout_p: float) -> Tensor:
+    """Queries ``start:end`` attending to keys ``0:end`` with ``bias`` (``[..., end - start, end]``) plus the causal
+    mask by index: one block of the query-block paths. Returns ``[b, n_h, end - start, h_d]``."""
+    future = torch.arange(end, device=q.device)[None, :] > torch.arange(start, end, device=q.device)[:, None]
+    bias = bias.masked_fill(future, float("-inf"))
+    return F.scaled_dot_product_attention(
+        q[..., start:end, :], k[..., :end, :], v[..., :end, :], attn_mask=bias, dropout_p=dropout_p
+    )
+
+
 class CausalAttention:
     """Causal attention for ``[b, n_h, s, h_d]`` queries, keys and values, with an encoder's score bias.
 
@@ -297,13 +307,7 @@ class CausalAttention:
             else:
                 q_pos, k_pos = positions[start:end], positions[:end]  # keys past `end` are all in the future
                 bias = encoder.score_bias(q_pos, k_pos).to(q.dtype)  # [n_h, bq, end]
-            future = torch.arange(end, device=q.device)[None, :] > torch.arange(start, end, device=q.device)[:, None]
-            bias = bias.masked_fill(future, float("-inf"))  # causal by index
-            outputs.append(
-                F.scaled_dot_product_attention(
-                    q[..., start:end, :], k[..., :end, :], v[..., :end, :], attn_mask=bias, dropout_p=dropout_p
-                )
-            )
+            outputs.append(_causal_block(q, k, v, start, end, bias, dropout_p))
         return torch.cat(outputs, dim=-2)
 
     def data_blocked(self, q: Tensor, k: Tensor, v: Tensor, data_bias: DataBias, dropout_p: float = 0.0) -> Tensor:
@@ -316,13 +320,7 @@ class CausalAttention:
         for start in range(0, seq, block):
             end = min(start + block, seq)
             bias = data_bias(start, end).to(q.dtype)  # [b, n_h, bq, end]
-            future = torch.arange(end, device=q.device)[None, :] > torch.arange(start, end, device=q.device)[:, None]
-            bias = bias.masked_fill(future, float("-inf"))  # causal by index
-            outputs.append(
-                F.scaled_dot_product_attention(
-                    q[..., start:end, :], k[..., :end, :], v[..., :end, :], attn_mask=bias, dropout_p=dropout_p
-                )
-            )
+            outputs.append(_causal_block(q, k, v, start, end, bias, dropout_p))
         return torch.cat(outputs, dim=-2)
 
     def linear_bias(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, slopes: Tensor) -> Tensor | None:
