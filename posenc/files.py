@@ -69,8 +69,6 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{TEMP_MARK}-{os.getpid()}-", suffix=".tmp", dir=path.parent)
     except OSError as err:
-        from posenc.errors import PosencError
-
         raise PosencError(f"cannot write {path}: {err.strerror or err}") from err
     try:
         with os.fdopen(fd, "wb") as f:
@@ -85,7 +83,6 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
         cause = _os_error(err)
         if cause is None:
             raise
-        from posenc.errors import PosencError
 
         kept = "; its previous version is kept" if path.exists() else ""
         raise PosencError(f"cannot write {path}: {cause.strerror or cause}{kept}") from err
@@ -143,7 +140,6 @@ def train_lock(run_dir: Path) -> Iterator[None]:
     file ``.train.posenc-lock`` inside it, locked with ``fcntl.flock`` (released when the process ends, however
     it ends) and removed when the block ends. Another ``posenc train`` holding it is refused in one line, before
     anything is read or written; stale temporary files of a killed writer are removed once it is taken."""
-    from posenc.errors import PosencError
 
     run_dir, path = Path(run_dir), Path(run_dir) / TRAIN_LOCK
     try:
@@ -231,7 +227,6 @@ def special_file(path: Path) -> str | None:
 
 def check_regular(path: Path, what: str) -> None:
     """Raise a one-line error when ``path`` exists but is no regular file (a FIFO would block a reader)."""
-    from posenc.errors import PosencError
 
     kind = special_file(path)
     if kind is not None:
@@ -250,7 +245,6 @@ def read_metrics(run: Path) -> dict[str, Any]:
     """A finished run's ``metrics.json``, checked before it is trusted: missing, special (a FIFO), unreadable,
     empty, truncated, not a JSON object, or holding a mistyped field raises one line naming the file (never
     read as "not learned")."""
-    from posenc.errors import PosencError
 
     path = Path(run) / METRICS_FILE
     if not os.path.lexists(path):
