@@ -15,7 +15,7 @@
 # device builds posenc's own wheel from the working tree it was sent, so a fix is never checked against a
 # stale wheel. Left out on purpose: the tracking extra's mlflow-skinny and wandb (tens of MiB with their
 # needs, against the device tool's 64 MiB for the whole working tree; tests/running/test_tracking.py skips without
-# them).
+# them), and the test extra's ruff (10 MiB; a linter for .ci/run, which no device step runs).
 #
 # The wheelhouse must fit the device tool's carry limit together with the working tree: the script prints
 # both and fails over LIMIT_MIB.
@@ -63,7 +63,7 @@ tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile 
 toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope
 triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray
 xxhash yarl zipp"
-LEAVE_OUT="mlflow-skinny wandb"
+LEAVE_OUT="mlflow-skinny wandb ruff"
 
 # "run NAME==VERSION" for each wheel to fetch and "build SPEC" for the build tools (why, on stderr).
 resolve() {
