@@ -152,7 +152,9 @@ def write_tables(
             run_files.atomic_write_text(paths[-1], table.to_csv(index=False))
         paths.append(out_dir / f"{stem}.parquet")
         stored = table if parquet_table is None else parquet_table
-        run_files.atomic_write(paths[-1], lambda f: stored.to_parquet(f, index=False))
+        # zstd: a third smaller than pandas' default snappy on the per-sequence tables, which are most of the
+        # committed results' size (and the whole working tree travels to a GPU under a size limit)
+        run_files.atomic_write(paths[-1], lambda f: stored.to_parquet(f, index=False, compression="zstd"))
         if markdown:
             paths.append(out_dir / f"{stem}.md")
             run_files.atomic_write_text(paths[-1], table.to_markdown(index=False, floatfmt=".4f") + "\n")
