@@ -387,6 +387,7 @@ def unpack(folder: Path, into: Path) -> list[str]:
 
     manifest = read_pack(folder)
     into = Path(into).resolve()
+    into.mkdir(parents=True, exist_ok=True)
     sweeps = sorted({into.joinpath(*Path(r["path"]).parts[:3]) for r in manifest["packed"]})
     for sweep in sweeps:
         if busy := writers(Path(os.path.realpath(sweep))):
