@@ -104,7 +104,11 @@ def fp32_refusals(check, runs: list[list[str]], seconds: float) -> dict[str, str
     for experiment, overrides in first.items():
         log = check.logs / "compose.log"
         command = [check.posenc, "train", "--cfg", "job", *overrides]
-        out = subprocess.run(command, env=check.env, capture_output=True, text=True, timeout=seconds, check=False)
+        try:
+            out = subprocess.run(command, env=check.env, capture_output=True, text=True, timeout=seconds, check=False)
+        except subprocess.TimeoutExpired:
+            refused[experiment] = f"composing its config took over {seconds:.0f} s"
+            continue
         with log.open("a") as f:
             f.write(f"$ {shlex.join(command)}\n{out.stdout}{out.stderr}\n")
         try:
@@ -180,7 +184,8 @@ def train_main(argv: list[str]) -> int:
         report["refused"] = refused
         runs = [r for r in runs if _experiment(r) not in refused]
         listed = check.work / "runs.txt"
-        listed.write_text("".join(shlex.join([*r, f"device={device}"]) + "\n" for r in runs))
+        on = [[*(o for o in r if not o.startswith("device=")), f"device={device}"] for r in runs]  # a neutral key
+        listed.write_text("".join(shlex.join(r) + "\n" for r in on))
         env = dict(check.env)
         with mps(check, env) as note:
             deadline = check.deadline - time.monotonic() - RESERVE
