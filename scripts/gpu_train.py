@@ -324,7 +324,8 @@ def _extract(folder: Path, manifest: dict, into: Path) -> None:
 def writers(sweep: Path, me: int | None = None) -> list[str]:
     """Processes here that write into sweep folder ``sweep`` (resolved): a process whose argument names it
     (``hydra.sweep.dir=...``, ``--runs ...``, relative to its working directory), or a shell script that names
-    its folder's name (scripts/kazemnejad.sh) running in the checkout that holds it. ``"PID: command"`` each."""
+    its folder's name (scripts/kazemnejad.sh) running in the checkout that holds it; ``"PID (group PGID): command"``
+    each."""
     found, me = [], me or os.getpid()
     repo = sweep.parents[2]  # <checkout>/results/multirun/<sweep>
     for proc in Path("/proc").glob("[0-9]*"):
@@ -341,7 +342,8 @@ def writers(sweep: Path, me: int | None = None) -> list[str]:
             with contextlib.suppress(OSError):
                 named = sweep.name in (cwd / script).read_text(errors="replace")
         if named:
-            found.append(f"{proc.name}: {' '.join(args)[:120]}")
+            with contextlib.suppress(OSError):
+                found.append(f"{proc.name} (group {os.getpgid(int(proc.name))}): {' '.join(args)[:120]}")
     return found
 
 
@@ -398,7 +400,7 @@ def unpack(folder: Path, into: Path) -> list[str]:
         if busy := writers(Path(os.path.realpath(sweep))):
             raise Refused(
                 f"{sweep} is being written here by {busy[0]}{' and others' if len(busy) > 1 else ''}: stop it "
-                "first (kill -- -PGID of scripts/kazemnejad.sh; it resumes later), then unpack again"
+                "first (kill -- -GROUP; a sweep script resumes when started again), then unpack again"
             )
     lines = []
     with tempfile.TemporaryDirectory(prefix=".gpu-unpack-", dir=into) as tmp:
