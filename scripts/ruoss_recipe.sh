@@ -23,10 +23,9 @@
 # ungated sensitivity line (scripts/ungated_claims.py): results/ruoss_recipe/verdicts.md. Running it again skips
 # finished runs, resumes a killed one from its checkpoint and evaluates nothing already evaluated.
 # Environment: POSENC (the posenc command), PYTHON (its interpreter), RESULTS (the results root, default results).
-# Cost (estimates from the 6 s per 100 steps per thread that scripts/kazemnejad.sh measured at L = 43, scaled by
-# layers x batch x mean tokens; pilot: see results/ruoss_recipe/README.md): current ~4.6 s per 100 steps,
-# paper ~12 s; at most 15000 steps a run: about 5 h of CPU for all 12 in the worst case (every run to its
-# budget), about 2-3 h if they stop where the committed runs did. GPU (H200, ~70 steps/s per run with 14 at
+# Cost (pilot, one thread of a shared 2-core CPU, 2026-11-28, checks included): current 5.5 s per 100 steps,
+# paper 15 s; about 3.5 h for all 12 if they stop where the committed runs did (sinusoidal ~6200 steps,
+# randomized its whole 15000), 5.2 h if every run uses its budget. GPU (H200, ~70 steps/s per run with 14 at
 # once; ~40 steps/s for the 5-layer arm): all 12 at once, under 7 min including start-up.
 set -euo pipefail
 cd "$(dirname "$0")/.."

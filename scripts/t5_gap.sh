@@ -41,8 +41,9 @@
 # t5_gap/gap.md (scripts/t5_gap.py). Running it again skips finished runs, resumes a killed one from its
 # checkpoint and evaluates nothing already evaluated.
 # Environment: POSENC (the posenc command), PYTHON (its interpreter), RESULTS (the results root, default results).
-# Cost: baseline, alphabet16, layout128 about 6 s per 100 steps on one thread (scripts/kazemnejad.sh), 3-10 min a
-# run: 15 runs about 1.5-2.5 h. size: about 1400x the FLOPs per step (0.9 TFLOP): many seconds a step on a CPU,
+# Cost: baseline, alphabet16, layout128 about 6 s per 100 steps on one thread (scripts/kazemnejad.sh; 9.5 s in a
+# contended pilot, 2026-11-28), 7-16 min a run: the 10 variant runs about 1.7 h, the 5 baseline runs 50 min
+# more where scripts/kazemnejad.sh has not trained them. size: about 1400x the FLOPs per step (0.9 TFLOP): many seconds a step on a CPU,
 # days a run, so a GPU job: on an H200 in fp32 an estimated 20-40 ms a step, 5 runs at once sharing the card
 # about 5 steps/s each, up to 10000 steps: 30-40 min. The small variants on the H200 (~70 steps/s per run with 14
 # at once): under 3 min.

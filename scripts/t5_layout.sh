@@ -32,11 +32,11 @@
 # when the layout keeps its relation to L?). Running it again skips finished runs, resumes a killed one from its
 # checkpoint and evaluates nothing already evaluated.
 # Environment: POSENC (the posenc command), PYTHON (its interpreter), RESULTS (the results root, default results).
-# Cost: first scale about 4.6 s per 100 steps on one thread (scripts/kazemnejad.sh's 6 s at L = 43, by mean
-# tokens), the committed runs learned in 2500-5000 steps: about 3-5 min a run; second scale about 4x that
-# per step (scripts/scale.sh) and more steps: 15-40 min a run. All 18 on one thread: about 4-7 h (a pilot's
-# figures are in results/t5_layout/README.md). GPU (H200, ~70 steps/s per run with 14 at once): all 18 at once,
-# at most 10000 steps each, under 5 min including start-up.
+# Cost (pilot, one thread of a shared 2-core CPU, 2026-11-28, checks included): 6.5 s per 100 steps at the first
+# scale, 28.5 s at the second; the committed runs learned in 2633 (t5) / 5567 (nope) steps at the first scale,
+# 5767 / 7600 at the second: about 40 min for the first scale's 9 runs, 4.6 h for the second's, 5-6 h with
+# evaluation (every run to its 10000-step budget: about 9 h). GPU (H200, ~70 steps/s per run with 14 at once):
+# all 18 at once, at most 10000 steps each, under 5 min including start-up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 posenc=${POSENC:-$(command -v posenc || echo .venv/bin/posenc)}
