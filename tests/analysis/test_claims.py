@@ -336,6 +336,27 @@ def test_ungated_says_what_an_lm_claim_gated_only_by_convergence_would_say(outco
     assert ungated(check(kazemnejad, other), other) is None
 
 
+@pytest.mark.parametrize("outcome", ["agrees", "differs"])
+@pytest.mark.parametrize("key", ["ruoss2023_reverse", "kazemnejad2023_copy"])
+def test_ungated_lifts_the_mastery_gate_only_when_asked(key, outcome):
+    """A claim on a task with a mastery criterion, not testable only because a side did not learn it in
+    distribution: with ``mastery=True`` the lifted check says what the values say; by default, and when
+    the verdict is not gated by mastery alone, nothing is lifted."""
+    from posenc.analysis.claims import ungated
+
+    claim = next(c for c in CLAIMS if c.key == key)
+    evidence = evidence_for(claim, outcome)
+    evidence._learned[claim.task, claim.sides()[0]] = False  # randomized reached 0.90-0.96, short of 0.99
+    verdict = check(claim, evidence)
+    assert verdict.outcome == "not testable" and not verdict.checks
+    assert ungated(verdict, evidence) is None  # reports: lm only
+    lifted = ungated(verdict, evidence, mastery=True)
+    assert lifted.outcome == outcome and lifted.claim is claim and len(lifted.checks) == claim.comparisons
+    assert ungated(check(claim, evidence_for(claim, outcome)), evidence, mastery=True) is None  # a real verdict
+    del evidence._learned[claim.task, claim.sides()[0]]  # no runs at all: not a mastery gate
+    assert ungated(check(claim, evidence), evidence, mastery=True) is None
+
+
 # --- Zoology can fail -------------------------------------------------------------------------------------
 
 ZOOLOGY = next(c for c in CLAIMS if c.key == "zoology2023_retrieval")
