@@ -6,7 +6,7 @@ and :data:`PATHS` runs each; a path that declines (returns None) hands over to t
 
 | path | when | what it computes |
 |---|---|---|
-| ``key_bias`` | a data bias of the key alone (``KeyBias``: FoX) | fused SDPA, bias as 2 q/k dims |
+| ``key_bias`` | a data bias of the key alone (``KeyBias``: FoX) | fused SDPA, bias as 2 q/k dims (padded) |
 | ``own_attention`` | a data bias that attends itself (``OwnAttention``: CoPE) | the encoder's own attention |
 | ``data_blocked`` | any other data bias | query blocks, bias ``[b, n_h, block, keys]`` |
 | ``fused_causal`` | no score bias | fused causal SDPA |
