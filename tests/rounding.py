@@ -92,3 +92,15 @@ def xpos_score_bound(q, k, q_pos, k_pos, scale_base, query_log_scale=XPOS_QUERY_
         reach = 3 * unit_roundoff(torch.float64) * (2 * query_log_scale - log_decay + 1) + u * (inputs + 4)
         out = out + pair * (torch.exp(log_decay) * (reach + gamma(d, dtype)) + floor)
     return out
+
+
+def rotation_bound(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    """How far two roundings of ``apply_rotation(x, rotation)`` (``x`` real ``[..., s, 2 m]``, ``rotation``
+    complex ``[s, m]``) may differ elementwise: each output is a two-term dot product of the same inputs
+    (``ac - bd``, ``ad + bc``), within ``gamma_2 (|a c| + |b d|)`` of the exact value however it is rounded (in
+    order, fused, vectorized), so two of them within twice that."""
+    table = torch.view_as_real(rotation).abs()
+    c, d = table[..., 0], table[..., 1]
+    pairs = x.unflatten(-1, (-1, 2)).abs()
+    a, b = pairs[..., 0], pairs[..., 1]
+    return 2 * gamma(2, x.dtype) * torch.stack((a * c + b * d, a * d + b * c), dim=-1).flatten(-2)

@@ -73,7 +73,7 @@ class CopeAttention(torch.autograd.Function):
                 grad_values[..., s - end :, :],
                 grad_emb,
             )
-        del ctx.blocks  # free the blocks' intermediates now
+        ctx.blocks = None  # free the blocks' intermediates now (an assignment: dynamo traces no `del ctx.x`)
         return grad_q, grad_keys.flip(-2), grad_values.flip(-2), grad_emb, None
 
 

@@ -269,4 +269,8 @@ def fire_bias(
         ``[n_h, s_q, s_k]`` in the parameters' dtype.
     """
     x = fire_normalized_distance(q_positions, k_positions, c, threshold, eps)  # [s_q, s_k]
+    if torch.compiler.is_compiling():
+        # Traced, the MLP itself: the pieces select the units that bend (a shape read from the weights' values,
+        # a graph break), and inductor evaluates the MLP in one fused kernel.
+        return fire_mlp(x, w1, b1, w2, b2)
     return fire_mlp_piecewise(x, fire_mlp_pieces(w1, b1, w2, b2))

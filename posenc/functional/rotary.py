@@ -130,11 +130,26 @@ def apply_rotation(x: Tensor, rotation: Tensor) -> Tensor:
     if x.shape[-1] != 2 * rotation.shape[-1]:
         raise ValueError(f"apply_rotation: head_dim {x.shape[-1]} != 2 * {rotation.shape[-1]} rotation pairs")
     compute = x if x.dtype in (torch.float32, torch.float64) else x.float()  # no complex bf16 kernels
+    if torch.compiler.is_compiling():
+        return _rotate_pairs_real(compute, rotation).to(x.dtype)
     if compute.stride(-1) != 1 or compute.storage_offset() % 2 or any(st % 2 for st in compute.stride()[:-1]):
         compute = compute.contiguous()  # view_as_complex needs pairs adjacent in memory
     pairs = torch.view_as_complex(compute.unflatten(-1, (-1, 2)))  # [..., s, h_d/2]
     rotation = rotation.to(pairs.dtype)
     return torch.view_as_real(pairs * rotation).flatten(-2).to(x.dtype)
+
+
+def _rotate_pairs_real(x: Tensor, rotation: Tensor) -> Tensor:
+    """:func:`apply_rotation`'s product in real arithmetic, ``(a + ib)(c + id) = (ac - bd) + i(ad + bc)``: what
+    runs under torch.compile. Inductor generates no code for complex operators (it falls back to eager kernels
+    for each, slower than eager on the GPU check), and the eager path's memory-layout check
+    (``storage_offset``) is a graph break. Each output is one product difference or sum, as in the complex
+    multiply, so the two agree to a rounding or two."""
+    rotation = torch.view_as_real(rotation.to(_complex_dtype(x)))  # [s, h_d/2, 2]: the table, not the batch
+    cos, sin = rotation[..., 0], rotation[..., 1]
+    pairs = x.unflatten(-1, (-1, 2))
+    a, b = pairs[..., 0], pairs[..., 1]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
 
 
 def apply_rope(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:

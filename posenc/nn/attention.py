@@ -6,7 +6,7 @@ and :data:`PATHS` runs each; a path that declines (returns None) hands over to t
 
 | path | when | what it computes |
 |---|---|---|
-| ``key_bias`` | a data bias of the key alone (``KeyBias``: FoX) | fused SDPA, bias as 2 q/k dims |
+| ``key_bias`` | a data bias of the key alone (``KeyBias``: FoX) | fused SDPA, bias as 2 q/k dims (padded) |
 | ``own_attention`` | a data bias that attends itself (``OwnAttention``: CoPE) | the encoder's own attention |
 | ``data_blocked`` | any other data bias | query blocks, bias ``[b, n_h, block, keys]`` |
 | ``fused_causal`` | no score bias | fused causal SDPA |
@@ -292,10 +292,13 @@ class CausalAttention:
         encoders); other positions take ``encoder.score_bias``. Shapes as in :meth:`__call__`.
         """
         seq = q.shape[-2]
-        # [n_h, seq] for a bias of the distance alone, where the positions are 0..s-1 (the model's for bias encoders)
-        table = (
-            encoder.distance_table(seq) if torch.equal(positions, torch.arange(seq, device=positions.device)) else None
+        # [n_h, seq] for a bias of the distance alone, where the positions are 0..s-1 (the model's for bias
+        # encoders). Traced, the bias formula instead: asking whether the positions are 0..s-1 reads a tensor's
+        # values, a graph break in every layer, and inductor fuses the formula into the block's kernel anyway.
+        in_order = not torch.compiler.is_compiling() and torch.equal(
+            positions, torch.arange(seq, device=positions.device)
         )
+        table = encoder.distance_table(seq) if in_order else None
         outputs = []
         for start in range(0, seq, self.query_block):
             end = min(start + self.query_block, seq)

@@ -166,6 +166,12 @@ def far_constant_attention(
     return out
 
 
+# Fused head widths are padded to a multiple of this: CUDA's memory-efficient SDPA kernel takes only widths
+# divisible by 4 (fp32, sm80+) or 8 (16-bit); SDPA otherwise falls back to its math kernel, which builds the
+# [b, n_h, s, s] scores (the GPU check's FoX forward: 41 GiB at 32768 tokens, 256 GiB asked for at 131072).
+FUSED_WIDTH_MULTIPLE = 8
+
+
 def key_bias_attention(q: Tensor, k: Tensor, v: Tensor, key_bias: Tensor, dropout_p: float = 0.0) -> Tensor:
     """Causal attention with a score bias of the key alone, ``q_i.k_j / sqrt(h_d) + key_bias[j]``, inside fused
     SDPA, differentiable: FoX's ``c_i - c_j`` (Lin et al. 2025), whose ``c_i`` softmax ignores. Any positions.
@@ -176,9 +182,11 @@ def key_bias_attention(q: Tensor, k: Tensor, v: Tensor, key_bias: Tensor, dropou
     that sums a dot product in order forms ``key_bias[j] - key_bias[i]`` first, small for the keys that matter
     even where ``key_bias`` is large (FoX's cumulative log gates reach ``-s log 2`` at initialisation), and
     rounds it once. (Carried by one dimension, ``key_bias[j]`` alone, the scores would round at the scale of
-    ``|key_bias|``: measured about twice the reference's error at 1300 tokens.) Memory is linear; time is fused
-    causal SDPA's at head width ``h_d + 2`` (timed in docs/performance.md, section "Measurements behind design
-    choices").
+    ``|key_bias|``: measured about twice the reference's error at 1300 tokens.) Zero dimensions after them pad
+    the width to a multiple of :data:`FUSED_WIDTH_MULTIPLE` (they add exact zeros to every score), so that
+    CUDA runs its memory-efficient kernel rather than the math one: memory is linear on every device. Time is
+    fused causal SDPA's at head width ``h_d + 2`` (timed in docs/performance.md, section "Measurements behind
+    design choices"), rounded up to that multiple.
 
     Args:
         q, k, v: ``[b, n_h, s, h_d]``; 16-bit inputs are attended in fp32 (a 16-bit bias column would round
@@ -197,8 +205,11 @@ def _key_bias_attention(q: Tensor, k: Tensor, v: Tensor, key_bias: Tensor, dropo
     work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     bias = key_bias.to(work).unsqueeze(-1)  # (b, nh, s, 1)
     one = torch.ones_like(bias)
-    qx = torch.cat((one, -bias, q.to(work) * q.shape[-1] ** -0.5), dim=-1)  # (b, nh, s, hs + 2)
-    kx = torch.cat((bias, one, k.to(work)), dim=-1)
-    vx = F.pad(v.to(work), (2, 0))  # fused kernels need one head size for q, k and v
-    out = F.scaled_dot_product_attention(qx, kx, vx, is_causal=True, scale=1.0, dropout_p=dropout_p)[..., 2:]
-    return out.to(q.dtype)
+    h_d = q.shape[-1]
+    pad = -(h_d + 2) % FUSED_WIDTH_MULTIPLE
+    zeros = bias.new_zeros(*bias.shape[:-1], pad)  # after q.k's terms: an in-order sum adds them last, exactly
+    qx = torch.cat((one, -bias, q.to(work) * h_d**-0.5, zeros), dim=-1)  # (b, nh, s, hs + 2 + pad)
+    kx = torch.cat((bias, one, k.to(work), zeros), dim=-1)
+    vx = F.pad(v.to(work), (2, pad))  # fused kernels need one head size for q, k and v
+    out = F.scaled_dot_product_attention(qx, kx, vx, is_causal=True, scale=1.0, dropout_p=dropout_p)
+    return out[..., 2 : 2 + h_d].to(q.dtype)

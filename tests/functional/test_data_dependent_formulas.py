@@ -187,11 +187,14 @@ def _pope_stacked(q, k, positions, inv_freq, phase):
     return q2, torch.stack((sp(k) * key_angle.cos(), sp(k) * key_angle.sin()), -1).flatten(-2)
 
 
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
 @pytest.mark.parametrize("leaves", [("q",), ("k",), ("phase",), ("q", "k", "phase")])
-def test_pope_gradients_are_autograds_through_the_reference_formula(leaves):
+def test_pope_gradients_are_autograds_through_the_reference_formula(leaves, traced, monkeypatch):
     """PoPE's written-out backward (softplus' derivative, the phase's through both key parts, summed over the
     batch) against autograd through the stacked formula, float64, with a phase clamped at both ends; scores
-    only (the order of the cosine and sine parts is free)."""
+    only (the order of the cosine and sine parts is free). ``traced``: the branch torch.compile takes (autograd
+    through the concatenated parts), run eagerly."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: traced)
     gen = torch.Generator().manual_seed(5)
     inputs = {
         "q": torch.randn(2, 3, 9, 6, generator=gen, dtype=torch.float64) * 3,
@@ -208,6 +211,20 @@ def test_pope_gradients_are_autograds_through_the_reference_formula(leaves):
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
     assert got[-1].abs().sum() > 0
+
+
+def test_pope_traced_is_eagers_forward_bit_for_bit(monkeypatch):
+    """Traced (torch.compile's branch, run eagerly), PoPE's parts are the same fp32 products, only concatenated
+    instead of written into a new tensor's halves; bfloat16 inputs keep their dtype there too."""
+    gen = torch.Generator().manual_seed(7)
+    q, k = (torch.randn(2, 3, 11, 8, generator=gen) for _ in range(2))
+    phase = torch.randn(3, 8, generator=gen).clamp(max=0)
+    args = (torch.arange(11), pf.pope_inv_freq(8), phase)
+    eager = pf.pope_qk(q, k, *args)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    traced = pf.pope_qk(q, k, *args)
+    assert all(torch.equal(a, b) for a, b in zip(eager, traced, strict=True))
+    assert all(t.dtype == torch.bfloat16 for t in pf.pope_qk(q.bfloat16(), k.bfloat16(), *args))
 
 
 def test_pope_gradients_pass_gradcheck_and_keep_bfloat16_inputs_dtype():

@@ -249,6 +249,59 @@ def test_a_fox_training_step_through_the_key_bias_has_the_dense_gradients():
         torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("head_dim", [6, 8, 32])
+def test_a_key_bias_reaches_sdpa_at_a_width_cuda_attends_in_linear_memory(head_dim, monkeypatch):
+    """CUDA's memory-efficient SDPA kernel takes head widths divisible by 4 in fp32 (8 in 16 bits); at any other,
+    SDPA falls back to its math kernel, which builds every pair's score: the GPU check's FoX forward (width
+    h_d + 2 = 34) peaked at 41 GiB at 32768 tokens and asked for 256 GiB at 131072. So the widths FoX hands
+    SDPA, training included, are multiples of 8, and the result is the unpadded attention's."""
+    widths = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(q, k, v, **kw):
+        widths.append((q.shape[-1], k.shape[-1], v.shape[-1]))
+        return sdpa(q, k, v, **kw)
+
+    monkeypatch.setattr(fused_bias.F, "scaled_dot_product_attention", recording)
+    layer = build_encoder("fox", AttentionShape(2 * head_dim, 2), 64).for_layer(0)
+    gen = torch.Generator().manual_seed(head_dim)
+    x = torch.randn(2, 40, 2 * head_dim, generator=gen)
+    q, k, v = (torch.randn(2, 2, 40, head_dim, generator=gen, requires_grad=True) for _ in range(3))
+    out = CausalAttention()(q, k, v, torch.arange(40), layer, data_bias=layer.data_bias(x, q, k))
+    out.sum().backward()
+    assert widths and all(w == (widths[0][0],) * 3 and w[0] % 8 == 0 and w[0] >= head_dim + 2 for w in widths)
+    with torch.no_grad():
+        dense = CausalAttention(query_block=16).data_blocked(q, k, v, layer.data_bias(x, q, k))
+    assert out.shape == q.shape
+    assert ((out.double() - dense.double()).abs() <= 2 * _key_bound(q, k, v, layer.data_bias(x, q, k).key)).all()
+
+
+def test_fox_attention_builds_no_tensor_of_every_pair():
+    """A FoX layer's training step (forward and backward) creates no tensor as large as its length squared: the
+    bias is [b, n_h, s] and the kernel fused (every aten op's outputs are watched)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor):
+                    Largest.numel = max(Largest.numel, t.numel())
+            return out
+
+    s = 512
+    layer = build_encoder("fox", AttentionShape(16, 2), 64).for_layer(0)
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(1, s, 16, generator=gen)
+    q, k, v = (torch.randn(1, 2, s, 8, generator=gen, requires_grad=True) for _ in range(3))
+    with Largest():
+        out = CausalAttention()(q, k, v, torch.arange(s), layer, data_bias=layer.data_bias(x, q, k))
+        out.sum().backward()
+    assert 0 < Largest.numel < s * s  # [1, 2, s, 16] at most: a sixteenth of s * s
+
+
 def test_a_key_bias_in_bfloat16_is_attended_in_float32():
     """bfloat16 has 8 significant bits: a bias column in it would round FoX's bias (up to 1 at 256 nats)."""
     layer = _fox(2, 0, 0.0)
@@ -279,7 +332,7 @@ def test_the_data_dependent_paths_ignore_autocast():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_fox_and_cope_on_cuda_equal_the_float64_reference():
     """The data-dependent paths on CUDA (fp32; forward and gradients): FoX's key bias through CUDA's SDPA at head
-    width h_d + 2, CoPE's own attention."""
+    width h_d + 2 padded to a multiple of 8, CoPE's own attention."""
     layer = _fox(2, 0, -1.0)
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(2, 700, 16, generator=gen)
