@@ -29,6 +29,8 @@
 # once; ~40 steps/s for the 5-layer arm): all 12 at once, under 7 min including start-up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/train_or_list.sh
+source scripts/train_or_list.sh
 posenc=${POSENC:-$(command -v posenc || echo .venv/bin/posenc)}
 python=${PYTHON:-$(dirname "$posenc")/python}  # the interpreter posenc is installed in
 results=${RESULTS:-results}
@@ -68,14 +70,9 @@ for seed in $seeds; do  # both arms and encoders of one seed, then the next: bal
     for encoder in randomized sinusoidal; do
       if finished "$arm" "$seed" "$encoder"; then continue; fi
       experiment=$(experiment_of "$arm") sweep=$results/multirun/ruoss_recipe/$arm
-      rest="seed=$seed task=reverse $(overrides_of "$encoder")"
-      if [ "${LIST:-0}" = 1 ]; then echo "experiment=$experiment hydra.sweep.dir=$sweep $rest"; continue; fi
-      start=$(date +%s)
-      # shellcheck disable=SC2086  # the overrides split into words on purpose
-      "$posenc" train -m "experiment=$experiment" "hydra.sweep.dir=$sweep" $rest "paths.results=$results" \
-        hydra/launcher=basic progress=false ||
-        echo "ruoss_recipe: $arm $encoder seed $seed failed; going on with the next run" >&2
-      echo "ruoss_recipe: $arm $encoder seed $seed: training $(($(date +%s) - start)) s" >&2
+      # shellcheck disable=SC2046  # the overrides split into words on purpose
+      train_or_list ruoss_recipe "$arm $encoder seed $seed" "$experiment" "$sweep" \
+        seed="$seed" task=reverse $(overrides_of "$encoder")
     done
   done
 done

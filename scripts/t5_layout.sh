@@ -39,6 +39,8 @@
 # all 18 at once, at most 10000 steps each, under 5 min including start-up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/train_or_list.sh
+source scripts/train_or_list.sh
 posenc=${POSENC:-$(command -v posenc || echo .venv/bin/posenc)}
 python=${PYTHON:-$(dirname "$posenc")/python}  # the interpreter posenc is installed in
 results=${RESULTS:-results}
@@ -90,14 +92,9 @@ for seed in $seeds; do  # every arm of one seed, then the next: a balanced desig
     for arm in nope L half; do
       if [ -f "$(rundir_of "$scale" "$arm" "$seed")/metrics.json" ]; then continue; fi
       experiment=$(experiment_of "$scale") sweep=$results/multirun/t5_layout/$scale
-      rest="seed=$seed task=copy $(overrides_of "$scale" "$arm")"
-      if [ "${LIST:-0}" = 1 ]; then echo "experiment=$experiment hydra.sweep.dir=$sweep $rest"; continue; fi
-      start=$(date +%s)
-      # shellcheck disable=SC2086  # the overrides split into words on purpose
-      "$posenc" train -m "experiment=$experiment" "hydra.sweep.dir=$sweep" $rest "paths.results=$results" \
-        hydra/launcher=basic progress=false ||
-        echo "t5_layout: $scale $arm seed $seed failed; going on with the next run" >&2
-      echo "t5_layout: $scale $arm seed $seed: training $(($(date +%s) - start)) s" >&2
+      # shellcheck disable=SC2046  # the overrides split into words on purpose
+      train_or_list t5_layout "$scale $arm seed $seed" "$experiment" "$sweep" \
+        seed="$seed" task=copy $(overrides_of "$scale" "$arm")
     done
   done
 done

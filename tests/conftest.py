@@ -129,3 +129,17 @@ def load_script(name: str):
     sys.modules[name] = module  # dataclasses look their module up while it executes
     spec.loader.exec_module(module)
     return module
+
+
+def listed_runs(script: Path, results: Path, **env: str) -> list[str]:
+    """An experiment script's ``LIST=1`` output (scripts/kazemnejad.sh's convention): one line of Hydra overrides
+    per unfinished run under ``results``, in the order the script would train them."""
+    done = subprocess.run(
+        ["bash", str(script)],
+        env={**os.environ, "LIST": "1", "RESULTS": str(results), "POSENC": "posenc", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()

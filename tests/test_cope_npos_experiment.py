@@ -7,6 +7,8 @@ import pandas as pd
 import torch
 from conftest import compose_dict
 
+from posenc.analysis.store import flatten_config
+
 SCRIPT = Path("scripts/cope_npos.sh")
 BASE = ["experiment=length_generalization", "task=copy", "encoder=cope", "seed=0"]
 
@@ -15,16 +17,6 @@ def script_value(name: str) -> str:
     found = re.search(rf"^{name}=(\S+)", SCRIPT.read_text(), re.MULTILINE)
     assert found, f"{SCRIPT} sets no {name}"
     return found.group(1)
-
-
-def flat(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def test_the_arms_are_the_committed_copy_config_and_differ_only_in_n_pos():
@@ -38,7 +30,7 @@ def test_the_arms_are_the_committed_copy_config_and_differ_only_in_n_pos():
     assert script_value("sweep") == "results/multirun/cope_npos" and "hydra.sweep.dir=$sweep" in text
     control = compose_dict(BASE)
     treatment = compose_dict([*BASE, f"encoder.n_pos={npos}"])
-    a, b = flat(control), flat(treatment)
+    a, b = flatten_config(control), flatten_config(treatment)
     assert a.keys() == b.keys()
     assert {k for k in a if a[k] != b[k]} == {"encoder.n_pos"}
     assert control["encoder"]["n_pos"] is None and treatment["encoder"]["n_pos"] == npos

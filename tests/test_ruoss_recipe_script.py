@@ -1,16 +1,14 @@
 """scripts/ruoss_recipe.sh, conf/experiment/ruoss_recipe.yaml and scripts/ungated_claims.py: Ruoss et al. on
 reverse with the paper's recipe beside the current one, and the ungated line beside each gated verdict."""
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import compose_dict, load_script
+from conftest import compose_dict, listed_runs, load_script
 from fake_results import config_of, fake_run, results_of
 
 from posenc.analysis.pipeline import compare_into
-from posenc.analysis.store import run_identity
+from posenc.analysis.store import flatten_config, run_identity
 
 SCRIPT = Path("scripts/ruoss_recipe.sh")
 ARMS = {"current": "randomized_positions", "paper": "ruoss_recipe"}
@@ -18,15 +16,7 @@ ENCODERS = {"randomized": "encoder=randomized encoder.max_position=2048", "sinus
 
 
 def listed(results: Path, **env: str) -> list[str]:
-    done = subprocess.run(
-        ["bash", str(SCRIPT)],
-        env={**os.environ, "LIST": "1", "RESULTS": str(results), "POSENC": "posenc", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()
+    return listed_runs(SCRIPT, results, **env)
 
 
 def expected(results: Path, seeds=(0, 1, 2)) -> list[str]:
@@ -49,16 +39,6 @@ def test_list_prints_both_arms_seed_by_seed_and_skips_finished_runs(tmp_path):
     assert listed(tmp_path) == [x for i, x in enumerate(expected(tmp_path)) if i not in (2, 5)]
 
 
-def flat(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 @pytest.mark.parametrize("encoder", ENCODERS.values())
 def test_the_paper_arm_is_the_current_one_with_the_papers_model_and_optimiser(encoder):
     """5 layers, 8 heads of 8, lr 1e-3, batch 128 (google-deepmind/randomized_positional_encodings,
@@ -66,7 +46,7 @@ def test_the_paper_arm_is_the_current_one_with_the_papers_model_and_optimiser(en
     from posenc.running.config import run_config_from_dict
 
     current, paper = (compose_dict([f"experiment={e}", "task=reverse", *encoder.split()]) for e in ARMS.values())
-    a, b = flat(current), flat(paper)
+    a, b = flatten_config(current), flatten_config(paper)
     assert a.keys() == b.keys()
     assert {k: b[k] for k in a if a[k] != b[k]} == {
         "model.n_layers": 5,

@@ -1,13 +1,13 @@
 """scripts/t5_gap.sh and scripts/t5_gap.py: T5's gap to the paper's matched copy number, one factor at a time."""
 
 import math
-import os
-import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import compose_dict, load_script
+from conftest import compose_dict, listed_runs, load_script
+
+from posenc.analysis.store import flatten_config
 
 SCRIPT = Path("scripts/t5_gap.sh")
 VARIANTS = {  # name -> overrides, as scripts/t5_gap.sh gives them
@@ -18,15 +18,7 @@ VARIANTS = {  # name -> overrides, as scripts/t5_gap.sh gives them
 
 
 def listed(results: Path, **env: str) -> list[str]:
-    done = subprocess.run(
-        ["bash", str(SCRIPT)],
-        env={**os.environ, "LIST": "1", "RESULTS": str(results), "POSENC": "posenc", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()
+    return listed_runs(SCRIPT, results, **env)
 
 
 def expected(results: Path, seeds=range(5), variants=tuple(VARIANTS)) -> list[str]:
@@ -56,16 +48,6 @@ def test_list_prints_the_baseline_and_each_variant_seed_by_seed(tmp_path):
     assert listed(tmp_path) == [x for i, x in enumerate(expected(tmp_path)) if i not in (0, 3)]
 
 
-def flat(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 @pytest.mark.parametrize("name", VARIANTS)
 def test_each_variant_changes_one_factor_of_the_matched_t5_and_composes(name):
     """Each variant differs from the matched protocol's T5 baseline in its own keys only, and is a valid run."""
@@ -73,7 +55,7 @@ def test_each_variant_changes_one_factor_of_the_matched_t5_and_composes(name):
 
     base = ["experiment=kazemnejad_matched", "task=copy", "encoder=t5"]
     baseline, variant = compose_dict(base), compose_dict([*base, *VARIANTS[name]])
-    a, b = flat(baseline), flat(variant)
+    a, b = flatten_config(baseline), flatten_config(variant)
     assert a.keys() == b.keys()
     assert {k for k in a if a[k] != b[k]} == {o.split("=")[0] for o in VARIANTS[name]}
     _, built, _ = run_config_from_dict(baseline).check()

@@ -1,29 +1,18 @@
 """scripts/t5_layout.sh: the scale check's T5 arm with T5's bucket layout in the same relation to L at both scales."""
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from conftest import compose_dict, posenc_cli
+from conftest import compose_dict, listed_runs, posenc_cli
 
 SCRIPT = Path("scripts/t5_layout.sh")
 SCALES = {"first": ("length_generalization", 32), "second": ("scale_copy", 64)}
 
 
 def listed(results: Path, **env: str) -> list[str]:
-    """The script's LIST output: one line of overrides per unfinished run."""
-    done = subprocess.run(
-        ["bash", str(SCRIPT)],
-        env={**os.environ, "LIST": "1", "RESULTS": str(results), "POSENC": "posenc", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()
+    return listed_runs(SCRIPT, results, **env)
 
 
 def expected(results: Path, seeds=(0, 1, 2)) -> list[str]:
