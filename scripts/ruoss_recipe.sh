@@ -30,10 +30,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/train_or_list.sh
-source scripts/train_or_list.sh
-posenc=${POSENC:-$(command -v posenc || echo .venv/bin/posenc)}
-python=${PYTHON:-$(dirname "$posenc")/python}  # the interpreter posenc is installed in
-results=${RESULTS:-results}
+source scripts/train_or_list.sh  # also posenc, python and results, from the environment
 seeds=${SEEDS:-0 1 2}
 lengths=8,16,24,32,36,40,44,48,52,56,60,64,128,256,512
 export OMP_NUM_THREADS=1  # one core: the machine is shared; results are recorded at one thread

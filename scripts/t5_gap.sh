@@ -49,9 +49,8 @@
 # at once): under 3 min.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-posenc=${POSENC:-$(command -v posenc || echo .venv/bin/posenc)}
-python=${PYTHON:-$(dirname "$posenc")/python}  # the interpreter posenc is installed in
-results=${RESULTS:-results}
+# shellcheck source=scripts/train_or_list.sh
+source scripts/train_or_list.sh  # also posenc, python and results, from the environment
 seeds=${SEEDS:-0 1 2 3 4}
 variants=${VARIANTS:-alphabet16 layout128 size}
 lengths=43,$(seq -s, 44 2 82),122,162
@@ -91,15 +90,9 @@ for seed in $seeds; do  # the baseline and every variant of one seed, then the n
     if [ -f "$(rundir_of "$variant" "$seed")/metrics.json" ]; then continue; fi
     into=$sweep  # the baseline: exactly scripts/kazemnejad.sh's line, into its folder
     [ "$variant" = baseline ] && into=$baseline_sweep
-    rest="seed=$seed task=copy encoder=t5 $(overrides_of "$variant")"
-    rest=${rest% }  # the baseline has no overrides
-    if [ "${LIST:-0}" = 1 ]; then echo "experiment=kazemnejad_matched hydra.sweep.dir=$into $rest"; continue; fi
-    start=$(date +%s)
-    # shellcheck disable=SC2086  # the overrides split into words on purpose
-    "$posenc" train -m experiment=kazemnejad_matched "hydra.sweep.dir=$into" $rest "paths.results=$results" \
-      hydra/launcher=basic progress=false ||
-      echo "t5_gap: $variant seed $seed failed; going on with the next run" >&2
-    echo "t5_gap: $variant seed $seed: training $(($(date +%s) - start)) s" >&2
+    # shellcheck disable=SC2046  # the overrides split into words on purpose (none for the baseline)
+    train_or_list t5_gap "$variant seed $seed" kazemnejad_matched "$into" \
+      seed="$seed" task=copy encoder=t5 $(overrides_of "$variant")
   done
 done
 [ "${LIST:-0}" = 1 ] || [ "${TABLES:-1}" = 0 ] || tables

@@ -40,10 +40,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/train_or_list.sh
-source scripts/train_or_list.sh
-posenc=${POSENC:-$(command -v posenc || echo .venv/bin/posenc)}
-python=${PYTHON:-$(dirname "$posenc")/python}  # the interpreter posenc is installed in
-results=${RESULTS:-results}
+source scripts/train_or_list.sh  # also posenc, python and results, from the environment
 seeds=${SEEDS:-0 1 2}
 export OMP_NUM_THREADS=1  # one core: the machine is shared; results are recorded at one thread
 experiment_of() { case "$1" in first) echo length_generalization ;; second) echo scale_copy ;; esac; }
