@@ -50,6 +50,7 @@ Subcommands used by the steps (in a child process, where posenc and torch are im
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -553,9 +554,8 @@ class Check:
 
     def step_mps(self, seconds: float) -> tuple[str, str]:
         until = time.monotonic() + seconds
-        env, daemon, note = dict(self.env), False, ""
+        env = dict(self.env)
         if self.dry:
-            note = "MPS skipped: a CPU has none; "
             settings = [(1, 0.0), (2, 0.0)]  # no deadline: short runs that end (a loaded CPU starts slowly)
             runs = [
                 " ".join(
@@ -567,75 +567,41 @@ class Check:
             many = max(2, min(14, (os.cpu_count() or 4) - 2))  # a CPU core per process, two left over
             settings = [(1, 20.0), (many, 30.0)]
             runs = [f"experiment=scale_copy encoder=rope seed={i}" for i in range(many)]
-            control = shutil.which("nvidia-cuda-mps-control")
-            if control:
-                env["CUDA_MPS_PIPE_DIRECTORY"] = str(self.work / "mps-pipe")
-                env["CUDA_MPS_LOG_DIRECTORY"] = str(self.work / "mps-log")
-                for key in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
-                    Path(env[key]).mkdir(parents=True, exist_ok=True)
-                daemon = self.run([control, "-d"], 20, "mps.log", env=env) == 0
-                note = "under MPS; " if daemon else "MPS daemon did not start (logs/mps.log): time-sliced; "
-            else:
-                note = "no nvidia-cuda-mps-control here: time-sliced, not MPS; "
-        rows = []
-        try:
-            for jobs, deadline in settings:
-                cwd = self.work / f"parallel_{jobs}"
-                cwd.mkdir(parents=True, exist_ok=True)
-                command = [
-                    self.python,
-                    "-P",
-                    str(ROOT / "scripts" / "train_parallel.py"),
-                    "--jobs",
-                    str(jobs),
-                    "--deadline",
-                    str(deadline),
-                    "--every",
-                    "10",
-                    "--logs",
-                    str(cwd / "logs"),
-                    "--posenc",
-                    self.posenc,
-                    *runs[:jobs],
-                ]
-                begun = time.monotonic()
-                limit = min((deadline or 60) + 60, until - time.monotonic())
-                rc = self.run(command, limit, f"mps_{jobs}.log", cwd=cwd, env=env)
-                wall = deadline or time.monotonic() - begun
-                facts = checkpoint_facts(sorted(cwd.glob("results/**/checkpoint.pt")), self)
-                rates = [f["step"] / f["elapsed"] for f in facts if f.get("elapsed")]
-                rows.append(
-                    {
-                        "jobs": jobs,
-                        "mps": daemon,
-                        "deadline_s": deadline,
-                        "exit": rc,
-                        "runs_with_checkpoint": len(facts),
-                        "steps": sum(f["step"] for f in facts),
-                        "steps_per_s": round(sum(rates), 2),
-                        "steps_per_s_per_run": round(sum(rates) / len(rates), 2) if rates else "",
-                        "wall_steps_per_s": round(sum(f["step"] for f in facts) / wall, 2),
-                    }
-                )
-        finally:
-            if daemon:
-                subprocess.run(
-                    [shutil.which("nvidia-cuda-mps-control")],
-                    input="quit\n",
-                    text=True,
-                    env=env,
-                    timeout=20,
-                    capture_output=True,
-                    check=False,
-                )
+        with cuda_mps(self, env) as (daemon, note):
+            rows = [self.parallel_row(jobs, deadline, runs[:jobs], env, daemon, until) for jobs, deadline in settings]
         if len(rows) == 2 and rows[0]["steps_per_s"]:
             rows[1]["vs_one_run"] = round(rows[1]["steps_per_s"] / rows[0]["steps_per_s"], 2)
         write_csv(self.work / "mps.csv", rows)
         ok = len(rows) == len(settings) and all(r["exit"] == 0 and r["runs_with_checkpoint"] for r in rows)
-        note += "; ".join(
+        note += "; " + "; ".join(
             f"{r['jobs']} at once: {r['steps_per_s']} steps/s ({r['runs_with_checkpoint']} runs)" for r in rows
         )
         return ("ok" if ok else "failed"), note
+
+    def parallel_row(self, jobs: int, deadline: float, runs: list[str], env: dict, mps: bool, until: float) -> dict:
+        """``runs`` trained ``jobs`` at once by scripts/train_parallel.py until ``deadline`` seconds (0: to their
+        end), and mps.csv's row of what their checkpoints show: steps, and steps/s summed and per run."""
+        cwd = self.work / f"parallel_{jobs}"
+        cwd.mkdir(parents=True, exist_ok=True)
+        command = [self.python, "-P", str(ROOT / "scripts" / "train_parallel.py"), "--jobs", str(jobs)]
+        command += ["--deadline", str(deadline), "--every", "10", "--logs", str(cwd / "logs"), "--posenc", self.posenc]
+        begun = time.monotonic()
+        limit = min((deadline or 60) + 60, until - time.monotonic())
+        rc = self.run([*command, *runs], limit, f"mps_{jobs}.log", cwd=cwd, env=env)
+        wall = deadline or time.monotonic() - begun
+        facts = checkpoint_facts(sorted(cwd.glob("results/**/checkpoint.pt")), self)
+        rates = [f["step"] / f["elapsed"] for f in facts if f.get("elapsed")]
+        return {
+            "jobs": jobs,
+            "mps": mps,
+            "deadline_s": deadline,
+            "exit": rc,
+            "runs_with_checkpoint": len(facts),
+            "steps": sum(f["step"] for f in facts),
+            "steps_per_s": round(sum(rates), 2),
+            "steps_per_s_per_run": round(sum(rates) / len(rates), 2) if rates else "",
+            "wall_steps_per_s": round(sum(f["step"] for f in facts) / wall, 2),
+        }
 
     def step_forward(self, seconds: float) -> tuple[str, str]:
         until = time.monotonic() + seconds
@@ -782,6 +748,27 @@ def _stop(proc: subprocess.Popen) -> None:
 FORWARD_LAST = ["xpos", "cope"]
 FORWARD_LINE = r"forward (\S+) @ (\d+): ([\d.]+) s \(first call ([\d.]+) s\)"
 MEMORY_LINE = r"memory (\S+) @ (\d+), pass \d+/\d+: peak ([\d.]+) MiB \(\+(-?[\d.]+)\)"
+
+
+@contextlib.contextmanager
+def cuda_mps(check: Check, env: dict):
+    """CUDA MPS (``nvidia-cuda-mps-control -d``) for the block, where the device has it: many processes then
+    share the GPU at once instead of taking turns (scripts/gpu_train.py's runs too). ``env`` gets MPS's pipe and
+    log folders, for the processes started in the block. Yields (started, a note for the results); the daemon
+    is told to quit after the block."""
+    control = shutil.which("nvidia-cuda-mps-control")
+    if check.dry or not control:
+        yield False, ("MPS skipped: a CPU has none" if check.dry else "no nvidia-cuda-mps-control here: time-sliced")
+        return
+    for key, name in (("CUDA_MPS_PIPE_DIRECTORY", "mps-pipe"), ("CUDA_MPS_LOG_DIRECTORY", "mps-log")):
+        env[key] = str(check.work / name)
+        Path(env[key]).mkdir(parents=True, exist_ok=True)
+    started = check.run([control, "-d"], 20, "mps.log", env=env) == 0
+    try:
+        yield started, ("under MPS" if started else "MPS daemon did not start (logs/mps.log): time-sliced")
+    finally:
+        if started:
+            subprocess.run([control], input="quit\n", text=True, env=env, timeout=20, capture_output=True, check=False)
 
 
 FORWARD_FIRST = ["rope", "nope"]  # the references of every ratio: measured first, so a time limit keeps them

@@ -124,24 +124,6 @@ def _experiment(overrides: list[str]) -> str:
     return next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "")
 
 
-@contextlib.contextmanager
-def mps(check, env: dict):
-    """CUDA MPS for the block where the device has it (many processes then share the GPU at once); a note."""
-    control = shutil.which("nvidia-cuda-mps-control")
-    if check.dry or not control:
-        yield "no MPS (CPU dry run)" if check.dry else "no nvidia-cuda-mps-control: time-sliced"
-        return
-    for key, name in (("CUDA_MPS_PIPE_DIRECTORY", "mps-pipe"), ("CUDA_MPS_LOG_DIRECTORY", "mps-log")):
-        env[key] = str(check.work / name)
-        Path(env[key]).mkdir(parents=True, exist_ok=True)
-    started = check.run([control, "-d"], 20, "mps.log", env=env) == 0
-    try:
-        yield "under MPS" if started else "MPS did not start (logs/mps.log): time-sliced"
-    finally:
-        if started:
-            subprocess.run([control], input="quit\n", text=True, env=env, timeout=20, capture_output=True, check=False)
-
-
 def gpu_name(dry: bool) -> str:
     if dry or not shutil.which("nvidia-smi"):
         return "cpu (dry run)" if dry else "unknown (no nvidia-smi)"
@@ -187,7 +169,7 @@ def train_main(argv: list[str]) -> int:
         on = [[*(o for o in r if not o.startswith("device=")), f"device={device}"] for r in runs]  # a neutral key
         listed.write_text("".join(shlex.join(r) + "\n" for r in on))
         env = dict(check.env)
-        with mps(check, env) as note:
+        with gpu_check.cuda_mps(check, env) as (_, note):
             deadline = check.deadline - time.monotonic() - RESERVE
             report.update(mps=note, deadline_s=round(deadline))
             check.say(f"training: {len(runs)} runs, deadline {deadline:.0f} s, {note}")
