@@ -188,14 +188,13 @@ def train_main(argv: list[str]) -> int:
 def collect(trained: Path, gpu: str, device: str) -> list[dict]:
     """Every run folder below ``trained`` with a checkpoint: its path there, finished or not, step, precision,
     the devices its log names; finished first in the order of their folders, then the rest furthest first."""
-    import torch
     import yaml
 
     found = []
     for checkpoint in sorted(trained.rglob("checkpoint.pt")):
         folder = checkpoint.parent
         try:
-            step = int(torch.load(checkpoint, map_location="cpu", weights_only=True)["step"])
+            step = checkpoint_step(checkpoint)
             config = yaml.safe_load((folder / "config.yaml").read_text())
         except Exception as err:  # noqa: BLE001  a damaged run is named, never packed
             found.append({"path": str(folder.relative_to(trained)), "damaged": f"{type(err).__name__}: {err}"})
@@ -329,12 +328,19 @@ def writers(sweep: Path, me: int | None = None) -> list[str]:
     return found
 
 
-def _step(checkpoint: Path) -> int | None:
+def checkpoint_step(checkpoint: Path) -> int:
+    """The step a run's checkpoint was saved at (raises what torch.load raises on a damaged one)."""
     import torch
 
+    return int(torch.load(checkpoint, map_location="cpu", weights_only=True)["step"])
+
+
+def _step(checkpoint: Path) -> int | None:
+    """:func:`checkpoint_step`, or None for a missing or unreadable checkpoint (replaced only by a finished
+    run)."""
     try:
-        return int(torch.load(checkpoint, map_location="cpu", weights_only=True)["step"])
-    except Exception:  # noqa: BLE001  unreadable here: replaced only by a finished run
+        return checkpoint_step(checkpoint)
+    except Exception:  # noqa: BLE001
         return None
 
 
@@ -394,7 +400,7 @@ def unpack(folder: Path, into: Path) -> list[str]:
                 continue
             try:
                 with run_files.train_lock(local):
-                    before = _step(local / "checkpoint.pt") if (local / "checkpoint.pt").exists() else None
+                    before = _step(local / "checkpoint.pt")
                     for name in RUN_FILES:
                         if (packed / name).is_file():
                             os.replace(packed / name, local / name)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from posenc.analysis.stats import t_quantile
+from posenc.analysis.stats import welch_difference
 
 _spec = importlib.util.spec_from_file_location("kazemnejad_seeds", Path(__file__).with_name("kazemnejad_seeds.py"))
 seeds_script = importlib.util.module_from_spec(_spec)
@@ -64,17 +64,9 @@ def gap_table(seeds: pd.DataFrame) -> pd.DataFrame:
     base = seeds.loc[seeds["variant"] == "baseline", "test_exact_match"].dropna()
     rows = []
     for variant, group in seeds.groupby("variant", observed=True):
-        test = group["test_exact_match"].dropna()
         difference = low = high = math.nan
-        if variant != "baseline" and len(test) > 1 and len(base) > 1:
-            va, vb = test.var(ddof=1) / len(test), base.var(ddof=1) / len(base)
-            difference = test.mean() - base.mean()
-            if va + vb > 0:
-                dof = (va + vb) ** 2 / (va**2 / (len(test) - 1) + vb**2 / (len(base) - 1))
-                half = t_quantile(max(dof, 1.0)) * math.sqrt(va + vb)
-            else:
-                half = 0.0
-            low, high = difference - half, difference + half
+        if variant != "baseline":
+            difference, low, high = welch_difference(group["test_exact_match"].dropna(), base)
         rows.append({"variant": variant, "minus baseline": difference, "low": low, "high": high})
     return spread.merge(pd.DataFrame(rows), on="variant")
 

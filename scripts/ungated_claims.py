@@ -18,11 +18,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from posenc.analysis.claims import check, ungated
+from posenc.analysis.claims import check
 from posenc.analysis.compare import with_depth_means
 from posenc.analysis.evidence import TableEvidence
 from posenc.analysis.literature import CLAIMS
 from posenc.analysis.pipeline import compared_results
+from posenc.analysis.report import with_ungated
 from posenc.errors import PosencError
 
 
@@ -36,15 +37,8 @@ def verdict_lines(folder: Path, keys: list[str]) -> list[str]:
     lines = []
     for key in keys:
         verdict = check(claims[key], evidence)
-        lines.append(verdict.markdown())
-        lifted = ungated(verdict, evidence, mastery=True)
-        if lifted is not None:
-            lines.append(
-                f"  - *Sensitivity, not a verdict:* with every side counted as learned (every seed) the check "
-                f"would say **{lifted.outcome}**: {'; '.join(lifted.details)}."
-                + (f" {lifted.rule}." if lifted.rule else "")
-            )
-        else:
+        lines.append(with_ungated(verdict, evidence, mastery=True))
+        if lines[-1] == verdict.markdown():
             lines.append(
                 "  - *Sensitivity:* nothing to lift (the verdict is not gated by mastery or convergence alone)."
             )

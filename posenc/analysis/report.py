@@ -395,7 +395,7 @@ def _literature_section(comparison: pd.DataFrame, evidence: TableEvidence) -> li
             "**inconclusive** otherwise, **not testable** when none is, or a side did not learn its task "
             "or was not run.\n"
         ),
-        "\n".join(_with_ungated(v, evidence) + _with_unigram(v, comparison) for v in verdicts) + "\n",
+        "\n".join(with_ungated(v, evidence) + _with_unigram(v, comparison) for v in verdicts) + "\n",
     ]
     trained = comparison[comparison["scaling"] == NO_SCALING]
     for claim in (v.claim for v in verdicts if v.claim.reported):
@@ -418,15 +418,18 @@ def _literature_section(comparison: pd.DataFrame, evidence: TableEvidence) -> li
     return parts
 
 
-def _with_ungated(verdict, evidence: TableEvidence) -> str:
-    """A verdict's bullet, and under it, for an lm claim gated only by convergence, what the check says with
-    the gate lifted (:func:`posenc.analysis.claims.ungated`): a sensitivity line, not a verdict."""
-    lifted = ungated(verdict, evidence)
+def with_ungated(verdict, evidence: TableEvidence, *, mastery: bool = False) -> str:
+    """A verdict's bullet, and under it, for a claim gated only by convergence (lm) or, with ``mastery``, by
+    the mastery gate, what the check says with the gate lifted (:func:`posenc.analysis.claims.ungated`): a
+    sensitivity line, not a verdict. Reports lift convergence only; scripts/ungated_claims.py lifts both."""
+    lifted = ungated(verdict, evidence, mastery=mastery)
     if lifted is None:
         return verdict.markdown()
+    counted = "learned (every seed)" if has_mastery_criterion(verdict.claim.task) else "converged"
     return (
-        f"{verdict.markdown()}\n  - *Sensitivity, not a verdict:* with every side counted as converged the "
-        f"check would say **{lifted.outcome}**: {'; '.join(lifted.details)}. {lifted.rule}."
+        f"{verdict.markdown()}\n  - *Sensitivity, not a verdict:* with every side counted as {counted} the "
+        f"check would say **{lifted.outcome}**: {'; '.join(lifted.details)}."
+        + (f" {lifted.rule}." if lifted.rule else "")
     )
 
 

@@ -353,6 +353,22 @@ def _seed_term(mats: Sequence[np.ndarray], level: float, same_seeds: bool = Fals
     return total * (t_quantile(df, level) / normal_quantile(level)) ** 2
 
 
+def welch_difference(a: Sequence[float], b: Sequence[float], *, level: float = 0.95) -> tuple[float, float, float]:
+    """``mean(a) - mean(b)`` of two independent groups of per-seed values (one number per trained model), with
+    Welch's t interval: ``± t_df sqrt(var(a)/S_a + var(b)/S_b)``, ``df`` by Welch-Satterthwaite, the seed term
+    of :func:`paired_difference`. For per-seed summaries without per-sequence scores (a mean over lengths).
+
+    Returns:
+        ``(difference, low, high)``; all NaN when either side has fewer than two values.
+    """
+    sides = [np.asarray(side, dtype=float).ravel() for side in (a, b)]
+    if min(side.size for side in sides) < 2:
+        return math.nan, math.nan, math.nan
+    difference = float(sides[0].mean() - sides[1].mean())
+    half = normal_quantile(level) * math.sqrt(_seed_term([side[:, None] for side in sides], level))
+    return difference, difference - half, difference + half
+
+
 def paired_difference(
     a: Sequence[np.ndarray],
     b: Sequence[np.ndarray],

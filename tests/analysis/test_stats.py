@@ -14,6 +14,7 @@ from posenc.analysis.stats import (
     normal_quantile,
     paired_difference,
     t_quantile,
+    welch_difference,
     wilson_interval,
 )
 
@@ -419,3 +420,15 @@ def test_group_and_paired_block_by_hand():
     assert paired.mean == pytest.approx(x.mean() + 1) and paired.half_width == pytest.approx(est.half_width)
     with pytest.raises(ValueError, match="block"):
         group_estimate([x[:20]], bounded=False, block=16)
+
+
+def test_welch_difference_is_welchs_t_interval_on_per_seed_values():
+    """Equal spreads and seeds: Welch-Satterthwaite df = 2(S-1) = 4, half width t_4 sqrt(2 var/S); fewer than two
+    values on a side leaves nothing to estimate."""
+    a, b = [0.1, 0.2, 0.3], [0.0, 0.1, 0.2]
+    difference, low, high = welch_difference(a, b)
+    half = t_quantile(4) * math.sqrt(2 * 0.01 / 3)
+    assert difference == pytest.approx(0.1) and (low, high) == pytest.approx((0.1 - half, 0.1 + half))
+    assert t_quantile(4) == pytest.approx(2.776445105197793)  # the table's value: df is 4, not 2 or infinity
+    assert all(math.isnan(v) for v in welch_difference([0.5], b))
+    assert welch_difference([0.2, 0.2], [0.1, 0.1]) == pytest.approx((0.1, 0.1, 0.1))
