@@ -40,6 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from posenc import functional as pf
+from posenc.analysis.printing import print_view, rich_table
 from posenc.encoders import ENCODERS, build_encoder
 from posenc.errors import PosencError, PositionRangeError
 from posenc.files import atomic_write_text
@@ -668,12 +669,17 @@ def _step_rows(args, device, autocast) -> pd.DataFrame:
 
 
 def show(title: str, table: pd.DataFrame) -> None:
-    out = Table(title=title)
-    for column in table.columns:
-        out.add_column(str(column), justify="left" if table[column].dtype == object else "right")
-    for row in table.itertuples(index=False):
-        out.add_row(*(f"{v:,.3g}" if isinstance(v, float) else str(v) for v in row))
-    Console(width=140).print(out)
+    """Print ``table`` with three significant digits, never cutting a value (posenc's ``print_view``)."""
+
+    def view(compact: bool) -> Table:
+        out = rich_table(compact, title=title)
+        for column in table.columns:
+            out.add_column(str(column), justify="left" if table[column].dtype == object else "right")
+        for row in table.itertuples(index=False):
+            out.add_row(*(f"{v:,.3g}" if isinstance(v, float) else str(v) for v in row))
+        return out
+
+    print_view(view)
 
 
 def cpu_model() -> str:

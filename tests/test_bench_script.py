@@ -356,3 +356,18 @@ def test_the_bench_names_the_cpu_model_and_the_gpu(monkeypatch):
         lambda *args, **kwargs: types.SimpleNamespace(stdout="Architecture:  aarch64\nModel name:    Neoverse-V2\n"),
     )
     assert bench.cpu_model() == "Neoverse-V2"
+
+
+def test_the_console_tables_never_cut_a_value_of_a_wide_table(capsys):
+    """Wider than any terminal (30 columns), piped: every header and value is printed whole, none squeezed."""
+    from conftest import load_script
+
+    bench = load_script("bench")
+    table = pd.DataFrame({f"column_{i:02d}_tokens_per_second": [123456.789 + i, 0.000123] for i in range(30)})
+    bench.show("wide", table)
+    out = capsys.readouterr().out
+    assert "…" not in out
+    for i in range(30):
+        assert f"column_{i:02d}_tokens_per_second" in out
+        assert f"{123456.789 + i:,.3g}" in out
+    assert "0.000123" in out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 
 import pandas as pd
 from rich import box
@@ -35,8 +36,13 @@ def _fmt(value: object) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def rich_table(compact: bool = False, **options) -> Table:
+    """An empty rich table; ``compact``: without vertical rules or edge padding (for :func:`print_view`)."""
+    return Table(box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD, pad_edge=not compact, **options)
+
+
 def _view(table, compact: bool = False) -> Table:
-    view = Table(box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD, pad_edge=not compact)
+    view = rich_table(compact)
     for col in table.columns:
         numeric = pd.api.types.is_numeric_dtype(table[col])
         view.add_column(col.replace("_", " "), justify="right" if numeric else "left")
@@ -53,16 +59,22 @@ def _natural_width(view: Table) -> int:
 
 
 def print_table(table) -> None:
-    """Print a DataFrame as a rich table on stdout (text columns left, numbers right), never cutting a value:
-    piped or redirected, as wide as the table needs; in a terminal narrower than the table, without vertical
-    rules and at its full width (the terminal wraps its lines) rather than squeezed into "0.…"."""
+    """Print a DataFrame as a rich table on stdout (text columns left, numbers right), never cutting a value
+    (:func:`print_view`)."""
+    print_view(lambda compact: _view(table, compact))
+
+
+def print_view(make_view: Callable[[bool], Table]) -> None:
+    """Print the rich table ``make_view(compact)`` builds on stdout, never cutting a value: piped or
+    redirected, as wide as the table needs; in a terminal narrower than the table, compact (no vertical rules)
+    and at its full width (the terminal wraps its lines) rather than squeezed into "0.…"."""
     if not sys.stdout.isatty():
-        Console(width=100_000).print(_view(table))
+        Console(width=100_000).print(make_view(False))
         return
     console = Console()
-    view = _view(table)
+    view = make_view(False)
     if _natural_width(view) > console.width:
-        view = _view(table, compact=True)
+        view = make_view(True)
         console = Console(width=max(console.width, _natural_width(view)))
     console.print(view)
 
