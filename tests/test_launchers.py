@@ -84,21 +84,35 @@ def test_slurm_preset_selects_the_submitit_slurm_launcher(tmp_path):
 
 def test_slurm_preset_exports_posenc_plugins_to_its_jobs(tmp_path, monkeypatch):
     """sbatch may not pass the environment on (--export=NONE): each job's setup exports the submitting shell's
-    POSENC_PLUGINS, its file paths made absolute (a job starts in another folder)."""
+    POSENC_PLUGINS, its file paths made absolute (a job starts in another folder), as one shell word whatever
+    quotes or spaces the path holds."""
     import os
+    import shutil
+    import subprocess
 
-    plugin = Path(__file__).resolve().parents[1] / "examples" / "log_alibi" / "posenc_log_alibi.py"
+    awkward = tmp_path / "it's a $HOME; folder"
+    awkward.mkdir()
+    plugin = awkward / "posenc_log_alibi.py"
+    shutil.copy(Path(__file__).resolve().parents[1] / "examples" / "log_alibi" / "posenc_log_alibi.py", plugin)
     args = ("train", "hydra/launcher=slurm", "hydra.launcher.partition=gpu")
-    monkeypatch.delenv("POSENC_PLUGINS", raising=False)
-    result = posenc_cli(*args, "--cfg", "hydra", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert yaml.safe_load(result.stdout)["hydra"]["launcher"]["setup"] == [
-        "export POSENC_PLUGINS='${oc.env:POSENC_PLUGINS,}'"
-    ]
-    monkeypatch.setenv("POSENC_PLUGINS", os.path.relpath(plugin, tmp_path))
-    result = posenc_cli(*args, "--cfg", "all", "--resolve", cwd=tmp_path)  # the hydra node alone cannot resolve
-    assert result.returncode == 0, result.stderr
-    assert yaml.safe_load(result.stdout)["hydra"]["launcher"]["setup"] == [f"export POSENC_PLUGINS='{plugin}'"]
+    exported = {}
+    for value in (None, os.path.relpath(plugin, tmp_path)):
+        if value is None:
+            monkeypatch.delenv("POSENC_PLUGINS", raising=False)
+        else:
+            monkeypatch.setenv("POSENC_PLUGINS", value)
+        result = posenc_cli(*args, "--cfg", "all", "--resolve", cwd=tmp_path)  # the hydra node alone cannot resolve
+        assert result.returncode == 0, result.stderr
+        (setup,) = yaml.safe_load(result.stdout)["hydra"]["launcher"]["setup"]
+        job = subprocess.run(  # what the job's shell makes of the line, in an environment without the variable
+            ["bash", "-c", f'{setup}\nprintf %s "$POSENC_PLUGINS"'],
+            env={"PATH": os.environ["PATH"]},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        exported[value] = job.stdout
+    assert exported == {None: "", os.path.relpath(plugin, tmp_path): str(plugin)}
 
 
 def test_joblib_runs_jobs_in_parallel_without_bars_and_keeps_every_result(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,9 @@ def short_dirname(text: str, limit: int = 120) -> str:
 
 # Used by conf/config.yaml's run and sweep directories; registered on import, also in launcher workers.
 OmegaConf.register_new_resolver("posenc_dirname", short_dirname, replace=True)
+# Used by conf/hydra/launcher/slurm.yaml's setup lines: a value as one shell word, whatever quotes or spaces
+# it holds (a plugin path such as "it's mine/enc.py" would end a hand-written '...' early).
+OmegaConf.register_new_resolver("posenc_shell_word", lambda text: shlex.quote(str(text)), replace=True)
 
 
 def _job_config(cfg: DictConfig) -> dict[str, Any]:
