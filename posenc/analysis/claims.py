@@ -803,15 +803,18 @@ def ungated(verdict: Verdict, evidence: Evidence, *, mastery: bool = False) -> V
     runs stop at 0.90-0.96). The evidence must hold those runs' evaluations past L (``posenc compare
     --include-not-learned``), else the lifted check finds them not evaluated. Off by default: reports show
     the lifted line for lm only; scripts/ungated_claims.py writes it for a folder's mastery claims."""
-    task = verdict.claim.task
-    gated_by_mastery = has_mastery_criterion(task)
-    gated = f"did not learn {task} in distribution" if gated_by_mastery else f"did not converge on {task}"
+    tasks = verdict.claim.tasks  # a claim of mean ranks is gated on each of its tasks
+    gated_by_mastery = any(has_mastery_criterion(task) for task in tasks)
+    gates = [
+        f"did not learn {task} in distribution" if has_mastery_criterion(task) else f"did not converge on {task}"
+        for task in tasks
+    ]
     if (
         verdict.outcome != "not testable"
         or verdict.checks
         or (gated_by_mastery and not mastery)
         or not verdict.details
-        or not all(gated in line for line in verdict.details)
+        or not all(any(gate in line for gate in gates) for line in verdict.details)
     ):
         return None
     return check(verdict.claim, _Converged(evidence))
