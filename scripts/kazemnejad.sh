@@ -7,11 +7,15 @@
 # symbols). A partial run is a balanced design at every seed.
 #
 #   bash scripts/kazemnejad.sh                 # arm "mastery": each run stops at held-out exact match >= 0.99
-#   ARM=schedule bash scripts/kazemnejad.sh    # arm "schedule": the same runs over the whole 10000-step schedule
+#   ARM=schedule bash scripts/kazemnejad.sh    # arm "schedule": the same runs over the whole 10000-step schedule;
+#                                              # each continues its finished mastery-arm run from its stop
+#                                              # (resume=PATH: what the run started afresh would train, bit for
+#                                              # bit; tests/running/test_train.py), else starts afresh
 #   SEEDS="0 1 2" bash scripts/kazemnejad.sh   # only these seeds (default: 0 .. 14)
 #   LIST=1 bash scripts/kazemnejad.sh > runs.txt   # only list the unfinished runs, in order, one line of
 #                                              # overrides each: python scripts/train_parallel.py --from runs.txt
-#                                              # trains them many at once on a GPU (then run this script to tabulate)
+#                                              # trains them many at once on a GPU (then run this script to tabulate;
+#                                              # schedule runs start afresh there: the device has no checkpoints)
 #   COMMIT=1 bash scripts/kazemnejad.sh        # also commit results/kazemnejad every 25 min and after each seed
 #                                              # (COMMIT_EVERY=seconds; sequences.parquet after each seed only)
 #
@@ -24,7 +28,8 @@
 # Environment: POSENC (the posenc command), PYTHON (its interpreter), RESULTS (the results root, default
 # results; a symlink lets a copy of the code elsewhere keep its runs and tables in this checkout's results/).
 # Timing (one thread of a shared 2-core CPU, 2026-11): about 6 s per 100 steps at these lengths; a mastery run
-# 3-10 min, a schedule run 10 min plus evaluation; the mastery arm about 10-17 h for 150 runs.
+# 3-10 min, a schedule run 10 min plus evaluation (less the steps its mastery run trained, when it continues
+# one); the mastery arm about 10-17 h for 150 runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 posenc=${POSENC:-$(command -v posenc || echo .venv/bin/posenc)}
@@ -71,6 +76,13 @@ finished() {  # whether the run of this arm, seed, task and encoder has finished
   for file in "$dir"/metrics.json "$dir"/*/metrics.json; do [ -f "$file" ] && return 0; done
   return 1
 }
+continued_from() {  # arm schedule: resume=<the mastery arm's run> when that run has finished and this arm's run
+  # has not started (no checkpoint yet; once it has one, it resumes its own), else nothing
+  local mastery=$results/multirun/kazemnejad_matched/$2/$3/seed$1 dir=$sweep/$2/$3/seed$1 file
+  [ "$arm" = schedule ] && [ -f "$mastery/metrics.json" ] || return 0
+  for file in "$dir"/checkpoint.pt "$dir"/*/checkpoint.pt; do [ -f "$file" ] && return 0; done
+  echo "resume=$mastery"
+}
 # runs finished before an interruption but not yet tabulated
 if [ "${LIST:-0}" != 1 ] && [ -n "$(find "$sweep" -name metrics.json 2>/dev/null | head -1)" ]; then
   tables || echo "tables failed" >&2
@@ -85,8 +97,10 @@ for seed in $seeds; do  # every encoder on both tasks for one seed, then the nex
         continue
       fi
       start=$(date +%s)
+      resume=$(continued_from "$seed" "$task" "$encoder")
       if ! "$posenc" train -m experiment=kazemnejad_matched "paths.results=$results" "hydra.sweep.dir=$sweep" \
-        hydra/launcher=basic progress=false "seed=$seed" "task=$task" "encoder=$encoder" ${extra[@]+"${extra[@]}"}
+        hydra/launcher=basic progress=false "seed=$seed" "task=$task" "encoder=$encoder" ${extra[@]+"${extra[@]}"} \
+        ${resume:+"$resume"}
       then
         echo "kazemnejad $arm $task $encoder seed $seed: training failed; going on with the next run" >&2
         continue

@@ -38,3 +38,37 @@ def test_matched_experiment_composes_the_papers_data_and_the_sweep():
             built, _, _ = run.build()
             assert built.vocab_size == 103 and built.eos == 102
             assert [built.symbols_at(n) for n in run.training_lengths(built)] == [4, 20]
+
+
+def test_the_schedule_arm_continues_each_finished_mastery_run_and_lists_fresh_ones(tmp_path):
+    """ARM=schedule trains each run on from its finished mastery-arm run's stop (resume=PATH), a run whose
+    own checkpoint exists from that checkpoint, and a run whose mastery run is unfinished afresh; its run list
+    (LIST=1, for a device that holds no mastery checkpoints) names no checkpoint."""
+    import os
+    import subprocess
+
+    from conftest import listed_runs
+
+    results = tmp_path / "results"
+    mastery = results / "multirun" / "kazemnejad_matched"
+    for encoder in ("nope", "t5"):  # finished in the mastery arm
+        (mastery / "copy" / encoder / "seed0").mkdir(parents=True)
+        (mastery / "copy" / encoder / "seed0" / "metrics.json").write_text("{}")
+    started = results / "multirun" / "kazemnejad_matched_schedule" / "copy" / "t5" / "seed0" / "x"
+    started.mkdir(parents=True)
+    (started / "checkpoint.pt").write_bytes(b"")  # t5's schedule run has begun: it resumes its own
+    log = tmp_path / "calls.txt"
+    fake = tmp_path / "posenc"
+    fake.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> {log}\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "ARM": "schedule", "SEEDS": "0", "RESULTS": str(results), "POSENC": str(fake)}
+    done = subprocess.run(["bash", "scripts/kazemnejad.sh"], env={**env, "PYTHON": "true"}, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    trained = [line for line in log.read_text().splitlines() if line.startswith("train ")]
+    assert len(trained) == 10 and all("train.stop_at_mastery=false" in line for line in trained)
+    resumed = {line.split("encoder=")[1].split()[0]: line for line in trained if "resume=" in line}
+    assert list(resumed) == ["nope"] and "task=copy" in resumed["nope"]
+    assert resumed["nope"].endswith(f"resume={mastery / 'copy' / 'nope' / 'seed0'}")
+    listed = listed_runs(Path("scripts/kazemnejad.sh"), results, ARM="schedule", SEEDS="0")
+    assert len(listed) == 10 and not any("resume=" in line for line in listed)

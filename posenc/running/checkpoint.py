@@ -59,6 +59,26 @@ def comparable(config: dict[str, Any]) -> dict[str, Any]:
     return without_neutral(config)
 
 
+def _stops_at_mastery(config: dict[str, Any]) -> bool:
+    train = config.get("train")
+    return not isinstance(train, dict) or train.get("stop_at_mastery", True) is not False
+
+
+def goes_on_past_mastery(held: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether ``config`` continues a checkpoint of ``held``, a run that stops at mastery, over the rest of its
+    schedule (``train.stop_at_mastery`` true there, false here). Up to the stop the two are one run: the flag
+    only decides whether the loop ends at the first check that met the target, and nothing the loop draws or
+    updates depends on it. So ``resume=PATH`` may start such a run from a stopped run's checkpoint, and it
+    trains exactly what the same configuration started afresh would (issue 39's schedule arm: the mastery
+    arm's runs, trained on past mastery, paired by construction)."""
+    return _stops_at_mastery(held) and not _stops_at_mastery(config)
+
+
+def _without_stop_rule(config: dict[str, Any]) -> dict[str, Any]:
+    train = {k: v for k, v in config.get("train", {}).items() if k != "stop_at_mastery"}
+    return {**config, "train": train}
+
+
 def load_training_state(path: Path, config: dict[str, Any], source: str | None = None) -> dict[str, Any]:
     """The checkpoint at ``path``, checked to belong to ``config``; raises :class:`PosencError` if not.
 
@@ -78,7 +98,10 @@ def load_training_state(path: Path, config: dict[str, Any], source: str | None =
         raise PosencError(f"cannot resume from {path}: its config is not a mapping; {afresh}")
     if "optimizer" not in state:
         raise PosencError(f"cannot resume from {path}: it holds weights only, no training state")
-    diff = config_difference(comparable(state["config"]), comparable(config))
+    held = state["config"]
+    if source is not None and goes_on_past_mastery(held, config):
+        held, config = _without_stop_rule(held), _without_stop_rule(config)
+    diff = config_difference(comparable(held), comparable(config))
     if diff and source is not None:
         raise PosencError(
             f"resume={source}: {path} belongs to a different run: {diff}; name a checkpoint of this configuration"

@@ -10,6 +10,7 @@ from conftest import learned_run, tiny_config, tiny_dict
 
 from posenc import files as run_files
 from posenc.encoders import ENCODERS
+from posenc.errors import PosencError
 from posenc.running import runs as run_dirs
 from posenc.running.extrapolate import extrapolate
 from posenc.running.train import lr_factor, train
@@ -180,6 +181,34 @@ def test_past_mastery_the_whole_budget_is_trained_when_asked(tmp_path, monkeypat
     scripted_checks(monkeypatch, [0.5, 1.0])
     again = train(tiny_config(*overrides), tmp_path, tiny_dict(*overrides))
     assert (again["steps_to_learn"], again["steps"]) == (4, 9) and again["checks"] == metrics["checks"]
+
+
+@pytest.mark.parametrize("encoder", sorted(ENCODERS))
+def test_a_stopped_run_continued_past_mastery_is_the_run_that_never_stopped(tmp_path, monkeypatch, encoder):
+    """resume=PATH of a run that stopped at mastery, with train.stop_at_mastery=false, trains exactly what
+    the schedule-arm run started afresh trains: the same weights, optimizer state and metrics, bit for bit
+    (in one process). Every encoder: any randomness the loop draws (randomized positions) must be in the
+    checkpoint. The other way (a run past its mastery continued as one that stops) is refused."""
+    base = (f"encoder={encoder}", "train.steps=9", "train.check_every=2", "train.checkpoint_every=4")
+    schedule = (*base, "train.stop_at_mastery=false")
+    scripted_checks(monkeypatch, [0.0, 1.0, 0.5, 1.0])
+    stopped = train(tiny_config(*base), tmp_path / "mastery", tiny_dict(*base))
+    assert (stopped["steps"], stopped["steps_to_learn"]) == (4, 4)
+    scripted_checks(monkeypatch, [0.0, 1.0, 0.5, 1.0])
+    fresh = train(tiny_config(*schedule), tmp_path / "fresh", tiny_dict(*schedule))
+    scripted_checks(monkeypatch, [0.5, 1.0])  # the checks after step 4, as the fresh run saw them
+    continued = (*schedule, f"resume={tmp_path / 'mastery'}")
+    went_on = train(tiny_config(*continued), tmp_path / "continued", tiny_dict(*continued))
+    drop = lambda m: {k: v for k, v in m.items() if k != "train_seconds"}  # noqa: E731
+    assert drop(went_on) == drop(fresh) and (fresh["steps"], fresh["steps_to_learn"]) == (9, 4)
+    a, b = (torch.load(tmp_path / d / run_files.CHECKPOINT_FILE, weights_only=False) for d in ("fresh", "continued"))
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    flat = lambda state: [v for g in state["state"].values() for v in g.values() if torch.is_tensor(v)]  # noqa: E731
+    assert all(torch.equal(x, y) for x, y in zip(flat(a["optimizer"]), flat(b["optimizer"]), strict=True))
+    assert history_steps(tmp_path / "continued") == history_steps(tmp_path / "fresh")
+    with pytest.raises(PosencError, match="belongs to a different run: train.stop_at_mastery"):
+        back = (*base, f"resume={tmp_path / 'fresh'}")
+        train(tiny_config(*back), tmp_path / "back", tiny_dict(*back))
 
 
 def test_the_default_stop_at_mastery_keeps_every_earlier_run_identity():
