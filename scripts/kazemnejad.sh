@@ -53,6 +53,9 @@ tables() {  # tabulate and evaluate what is trained (only what is new is evaluat
   # configuration learned by quorum on its learned seeds alone past the training length.
   "$posenc" compare --runs "$sweep" --out "$out" --lengths "$lengths" --include-not-learned
   "$python" scripts/kazemnejad_seeds.py --root "$results/kazemnejad"  # every seed; the arms paired by seed
+  # the claims' verdicts, each with what it would say with the mastery gate lifted (every seed of every side)
+  "$python" scripts/ungated_claims.py --folder "$out" --claim kazemnejad2023_mean_rank \
+    --claim kazemnejad2023_copy --claim kazemnejad2023_reverse --out "$out/verdicts.md"
 }
 committed=$(date +%s)
 commit() {  # COMMIT=1: commit results/kazemnejad (its files only): everything when $1 is "now" (after each seed),
