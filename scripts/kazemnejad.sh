@@ -11,6 +11,8 @@
 #                                              # each continues its finished mastery-arm run from its stop
 #                                              # (resume=PATH: what the run started afresh would train, bit for
 #                                              # bit; tests/running/test_train.py), else starts afresh
+#   ARM=long bash scripts/kazemnejad.sh        # arm "long": the paper's 40000 steps (its batch 64 is posenc's),
+#                                              # each run stopping at mastery (why: conf/experiment/kazemnejad_matched.yaml)
 #   SEEDS="0 1 2" bash scripts/kazemnejad.sh   # only these seeds (default: 0 .. 14)
 #   LIST=1 bash scripts/kazemnejad.sh > runs.txt   # only list the unfinished runs, in order, one line of
 #                                              # overrides each: python scripts/train_parallel.py --from runs.txt
@@ -19,9 +21,10 @@
 #   COMMIT=1 bash scripts/kazemnejad.sh        # also commit results/kazemnejad every 25 min and after each seed
 #                                              # (COMMIT_EVERY=seconds; sequences.parquet after each seed only)
 #
-# Runs: results/multirun/kazemnejad_matched[_schedule]/ (git-ignored; checkpoints every 250 steps). Tables,
-# figures and report.md: results/kazemnejad/mastery/ and results/kazemnejad/schedule/; every seed's outcome
-# (seeds.*, distribution.md) and, with both arms, results/kazemnejad/stopping_rule.md (scripts/kazemnejad_seeds.py).
+# Runs: results/multirun/kazemnejad_matched[_schedule|_long]/ (git-ignored; checkpoints every 250 steps).
+# Tables, figures and report.md: results/kazemnejad/<arm>/; every seed's outcome (seeds.*, distribution.md)
+# and, paired by seed with the mastery arm, results/kazemnejad/stopping_rule.md (schedule) and budget.md
+# (long) (scripts/kazemnejad_seeds.py).
 # Running it again skips finished runs, resumes a killed one from its checkpoint and evaluates nothing already
 # evaluated, so it can be stopped at any point (kill its process group) and started again, by any session, with
 # the same command.
@@ -40,7 +43,8 @@ seeds=${SEEDS:-$(seq 0 14)}
 case "$arm" in
   mastery) extra=() ; sweep=$results/multirun/kazemnejad_matched ;;
   schedule) extra=(train.stop_at_mastery=false) ; sweep=$results/multirun/kazemnejad_matched_schedule ;;
-  *) echo "ARM must be mastery or schedule, got $arm" >&2; exit 2 ;;
+  long) extra=(train.steps=40000) ; sweep=$results/multirun/kazemnejad_matched_long ;;
+  *) echo "ARM must be mastery, schedule or long, got $arm" >&2; exit 2 ;;
 esac
 out=$results/kazemnejad/$arm
 lengths=43,$(seq -s, 44 2 82),122,162

@@ -1,13 +1,15 @@
-"""Every seed's outcome in the matched Kazemnejad experiment (conf/experiment/kazemnejad_matched.yaml), and the
-stopping rule paired by seed: what scripts/kazemnejad.sh runs after each seed.
+"""Every seed's outcome in the matched Kazemnejad experiment (conf/experiment/kazemnejad_matched.yaml), and its
+arms paired by seed: what scripts/kazemnejad.sh runs after each run.
 
-Reads ``results/kazemnejad/<arm>/extrapolation.csv`` (arms ``mastery`` and ``schedule``, whichever exist) and
-writes, per arm, ``seeds.csv`` / ``seeds.md`` (one row per task, encoder and seed: learned, steps, exact match
-at the training length, over the paper's test range and beyond) and ``distribution.md`` with ``seeds.png`` /
+Reads ``results/kazemnejad/<arm>/extrapolation.csv`` (arms ``mastery``, ``schedule`` and ``long``, whichever
+exist) and writes, per arm, ``seeds.csv`` / ``seeds.md`` (one row per task, encoder and seed: learned, steps,
+exact match at the training length, over the paper's test range and beyond) and ``distribution.md`` with ``seeds.png`` /
 ``seeds.svg`` (per task and encoder: seeds, learned, mean, SD, median, min, max over seeds - the maximum for
-parity with papers that report it - and the share of seeds that generalize). With both arms,
-``results/kazemnejad/stopping_rule.md``: schedule minus mastery on the test range, paired by seed (mean
-difference, Student-t 95% interval over the seeds both arms have, and how many seeds rose, fell, tied).
+parity with papers that report it - and the share of seeds that generalize). Beside the mastery arm,
+``results/kazemnejad/stopping_rule.md`` (schedule minus mastery: the same runs trained on past mastery) and
+``budget.md`` (long minus mastery: 40000 steps against 10000, the same seeds, initialisations and data
+stream): on the test range, paired by seed (mean difference, Student-t 95% interval over the seeds both arms
+have, how many seeds rose, fell, tied, and how many learned in each arm).
 
 Windows, in symbols n (lengths 2n + 2 with the end token, Copy.symbols_at): ``test`` n = 21..40 (lengths
 44, 46, ..., 82: the paper's test range, each n weighted equally as its test set does), ``beyond`` n = 60 and 80
@@ -31,7 +33,15 @@ TRAIN_LENGTH = 43
 TEST = tuple(range(44, 83, 2))  # 21..40 symbols
 BEYOND = (122, 162)  # 60 and 80 symbols
 GENERALIZES, FULLY = 0.5, 0.9
-ARMS = ("mastery", "schedule")
+ARMS = ("mastery", "schedule", "long")
+# each arm paired by seed with the mastery arm: (file, what the difference is)
+PAIRED = {
+    "schedule": ("stopping_rule.md", "The stopping rule, paired by seed",
+                 "Schedule (the same runs trained on over the whole 10000-step schedule) minus mastery (stopped "
+                 "at held-out exact match >= 0.99)"),
+    "long": ("budget.md", "The budget, paired by seed",
+             "Long (the paper's 40000 steps, stopped at mastery) minus mastery (10000 steps, stopped at mastery)"),
+}  # fmt: skip
 ENCODERS = ("nope", "t5", "alibi", "rope", "sinusoidal")  # the claim's order
 
 
@@ -89,15 +99,16 @@ def distribution(seeds: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def paired(mastery: pd.DataFrame, schedule: pd.DataFrame) -> pd.DataFrame:
-    """Schedule minus mastery on the test range, paired by seed, per task and encoder."""
+def paired(mastery: pd.DataFrame, other: pd.DataFrame, arm: str = "schedule") -> pd.DataFrame:
+    """``arm`` minus mastery on the test range, paired by seed, per task and encoder, with the seeds that
+    learned in each arm (of those paired)."""
     keys = ["task", "encoder", "seed"]
     both = (
-        mastery[keys + ["test_exact_match"]]
-        .merge(schedule[keys + ["test_exact_match"]], on=keys, suffixes=("_mastery", "_schedule"))
-        .dropna()
+        mastery[keys + ["test_exact_match", "learned"]]
+        .merge(other[keys + ["test_exact_match", "learned"]], on=keys, suffixes=("_mastery", f"_{arm}"))
+        .dropna(subset=["test_exact_match_mastery", f"test_exact_match_{arm}"])
     )
-    both["difference"] = both["test_exact_match_schedule"] - both["test_exact_match_mastery"]
+    both["difference"] = both[f"test_exact_match_{arm}"] - both["test_exact_match_mastery"]
     rows = []
     for (task, encoder), group in both.groupby(["task", "encoder"], observed=True):
         d = group["difference"]
@@ -108,8 +119,10 @@ def paired(mastery: pd.DataFrame, schedule: pd.DataFrame) -> pd.DataFrame:
                 "task": task,
                 "encoder": encoder,
                 "seeds": n,
+                "learned_mastery": int(group["learned_mastery"].sum()),
+                f"learned_{arm}": int(group[f"learned_{arm}"].sum()),
                 "mastery": group["test_exact_match_mastery"].mean(),
-                "schedule": group["test_exact_match_schedule"].mean(),
+                arm: group[f"test_exact_match_{arm}"].mean(),
                 "difference": d.mean(),
                 "low": d.mean() - half,
                 "high": d.mean() + half,
@@ -180,15 +193,15 @@ def main() -> None:
         )
         figure(seeds, args.root / arm / "seeds", f"Kazemnejad matched, arm {arm}: every seed")
         print(f"wrote {args.root / arm}/seeds.csv, seeds.md, distribution.md, seeds.png/svg")
-    if len(found) == 2:
-        pairs = paired(found["mastery"], found["schedule"])
-        (args.root / "stopping_rule.md").write_text(
-            "# The stopping rule, paired by seed\n\nSchedule (the whole 10000-step schedule) minus mastery "
-            "(stopped at held-out exact match >= 0.99), exact match over 21-40 symbols, over the seeds both "
-            "arms have; low/high: Student-t 95% interval of the mean difference. Source: "
-            "scripts/kazemnejad_seeds.py.\n\n" + markdown(pairs)
-        )
-        print(f"wrote {args.root}/stopping_rule.md")
+    for arm, (name, title, what) in PAIRED.items():
+        if "mastery" in found and arm in found:
+            (args.root / name).write_text(
+                f"# {title}\n\n{what}, exact match over 21-40 symbols, over the seeds both arms have (every "
+                "seed, learned or not; learned_*: how many of them learned in each arm); low/high: Student-t 95% "
+                "interval of the mean difference. Source: scripts/kazemnejad_seeds.py.\n\n"
+                + markdown(paired(found["mastery"], found[arm], arm))
+            )
+            print(f"wrote {args.root / name}")
 
 
 if __name__ == "__main__":

@@ -72,3 +72,21 @@ def test_the_schedule_arm_continues_each_finished_mastery_run_and_lists_fresh_on
     assert resumed["nope"].endswith(f"resume={mastery / 'copy' / 'nope' / 'seed0'}")
     listed = listed_runs(Path("scripts/kazemnejad.sh"), results, ARM="schedule", SEEDS="0")
     assert len(listed) == 10 and not any("resume=" in line for line in listed)
+
+
+def test_the_long_arm_lists_the_papers_step_count_into_its_own_sweep(tmp_path):
+    """ARM=long: every run of the matched protocol at 40000 steps (the paper's, at its batch 64), in its own
+    sweep folder, seed by seed like the other arms; an unknown arm is refused in one line."""
+    import os
+    import subprocess
+
+    from conftest import compose_dict, listed_runs
+
+    assert compose_dict(["experiment=kazemnejad_matched"])["train"]["batch_size"] == 64
+    listed = listed_runs(Path("scripts/kazemnejad.sh"), tmp_path, ARM="long", SEEDS="0 1")
+    assert len(listed) == 20 and all(line.endswith(" train.steps=40000") for line in listed)
+    assert all(f"hydra.sweep.dir={tmp_path}/multirun/kazemnejad_matched_long " in line for line in listed)
+    assert [line.split()[2] for line in listed[::10]] == ["seed=0", "seed=1"]
+    env = {**os.environ, "ARM": "longer", "LIST": "1", "RESULTS": str(tmp_path)}
+    done = subprocess.run(["bash", "scripts/kazemnejad.sh"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.strip() == "ARM must be mastery, schedule or long, got longer"

@@ -61,3 +61,24 @@ def test_arms_are_paired_by_seed():
     assert pairs["seeds"] == 3 and pairs["difference"] == pytest.approx(0.3) and pairs["rose"] == 3
     assert pairs["low"] == pytest.approx(0.3) and pairs["high"] == pytest.approx(0.3)  # no spread in d
     assert not math.isnan(pairs["mastery"])
+    assert (pairs["learned_mastery"], pairs["learned_schedule"]) == (2, 2)  # seed 2 did not learn in either
+
+
+def test_each_arm_beside_mastery_gets_its_paired_table(tmp_path, monkeypatch):
+    """The schedule arm's stopping_rule.md and the long arm's budget.md, each only where both arms have runs."""
+    import sys
+
+    script, mastery = _rows(0.2)
+    _, long = _rows(0.5)
+    for arm, table in (("mastery", mastery), ("long", long)):
+        (tmp_path / arm).mkdir()
+        table.assign(learned=True if arm == "long" else table["learned"]).to_csv(tmp_path / arm / "extrapolation.csv")
+    monkeypatch.setattr(sys, "argv", ["kazemnejad_seeds.py", "--root", str(tmp_path)])
+    script.main()
+    assert not (tmp_path / "stopping_rule.md").exists()
+    budget = (tmp_path / "budget.md").read_text()
+    assert budget.startswith("# The budget, paired by seed") and "40000 steps" in budget
+    row = next(line for line in budget.splitlines() if line.startswith("| copy"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[:5] == ["copy", "t5", "3", "2", "3"]  # seeds, learned in mastery, learned in long
+    assert float(cells[7]) == pytest.approx(0.3)  # the mean difference
