@@ -159,7 +159,17 @@ def figure(seeds: pd.DataFrame, path: Path, title: str) -> None:
         ax.axhline(GENERALIZES, color="0.7", lw=0.8, ls="--")
     axes[0][0].set_ylabel("exact match, 21-40 symbols")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    from matplotlib.lines import Line2D
+
+    key = [
+        Line2D([], [], ls="", marker="o", ms=5, color="C0", label="a seed that learned"),
+        Line2D([], [], ls="", marker="o", ms=5, mfc="none", mec="C3", label="a seed that did not learn"),
+        Line2D([], [], color="k", lw=1, label="mean over seeds"),
+        Line2D([], [], color="0.7", lw=0.8, ls="--", label=f"generalizes ({GENERALIZES})"),
+    ]
+    rows = 1 if len(tasks) > 1 else 2  # one panel is too narrow for the key on one line
+    fig.legend(handles=key, loc="lower center", ncol=len(key) // rows, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08 * rows, 1, 1))  # room for the key below the panels
     for suffix in (".png", ".svg"):
         fig.savefig(path.with_suffix(suffix), dpi=120)
     plt.close(fig)

@@ -82,3 +82,21 @@ def test_each_arm_beside_mastery_gets_its_paired_table(tmp_path, monkeypatch):
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[:5] == ["copy", "t5", "3", "2", "3"]  # seeds, learned in mastery, learned in long
     assert float(cells[7]) == pytest.approx(0.3)  # the mean difference
+
+
+def test_the_seed_figure_says_what_its_marks_are_and_nothing_runs_past_its_edges(tmp_path, monkeypatch):
+    import matplotlib.figure
+    from analysis.test_figure_layout import problems
+
+    script, table = _rows(0.2)
+    saved, save = [], matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(
+        matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig) or save(fig, *a, **k)
+    )
+    both = pd.concat([table, table.assign(task="reverse")])
+    for tasks in (table, both):  # one panel (a key on two lines) and two
+        script.figure(script.per_seed(tasks), tmp_path / "seeds", "Kazemnejad matched, arm mastery: every seed")
+        (key,) = saved[-1].legends
+        labels = [text.get_text() for text in key.get_texts()]
+        assert labels == ["a seed that learned", "a seed that did not learn", "mean over seeds", "generalizes (0.5)"]
+        assert problems(saved[-1]) == []
