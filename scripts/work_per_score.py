@@ -196,14 +196,14 @@ def arithmetic_rows(
     rope_fwd = forward.loc[ROPE_KERNEL]
     attention = n_layers * rope_fwd["seconds"]  # rope's attention in its whole forward
     whole = attention / rope_fwd["attention_share_of_rope"]
+    rest = outside_attention(whole, attention)
     scores = n_layers * n_heads * length * (length + 1) / 2
     reference = forward_work("rope", head_dim, n_heads)
     for encoder, goal in (("pope", 1.3), ("fire", 2.0), ("fire_outside", 2.0)):
         work = forward_work(encoder, head_dim, n_heads)
-        at_limits = (whole - attention + limits.seconds(work, scores)) / whole
+        at_limits = (rest + limits.seconds(work, scores)) / whole
         at_rope = (
-            whole
-            - attention
+            rest
             + attention * work.flop_equivalents() / reference.flop_equivalents()
             + scores * work.bytes / limits.bandwidth
         ) / whole
@@ -225,12 +225,13 @@ def arithmetic_rows(
     rope_train = training.loc[ROPE_KERNEL]
     attention = n_layers * rope_train["seconds"]
     step = attention / rope_train["attention_share_of_rope"]
+    rest = outside_attention(step, attention)
     scores = n_layers * batch * n_heads * train_length * (train_length + 1) / 2
     reference = training_work("rope", head_dim)
     for encoder in ("cope", "pope"):
         work = training_work(encoder, head_dim)
-        at_limits = step / (step - attention + limits.seconds(work, scores))
-        at_rope = step / (step - attention + attention * work.flop_equivalents() / reference.flop_equivalents())
+        at_limits = step / (rest + limits.seconds(work, scores))
+        at_rope = step / (rest + attention * work.flop_equivalents() / reference.flop_equivalents())
         rows.append(
             _row(
                 f"training {batch}x{train_length}, throughput vs rope",
@@ -265,6 +266,13 @@ def arithmetic_rows(
             }
         )
     return rows
+
+
+def outside_attention(whole: float, attention: float) -> float:
+    """The time of a forward or step outside its attention: ``whole - attention``, never below 0. The two are
+    timed apart (attention kernels alone, the whole model), so on a loaded machine their medians can say
+    attention took more than the whole; the rest is then taken as nothing, not as negative time."""
+    return max(whole - attention, 0.0)
 
 
 def _row(

@@ -135,6 +135,22 @@ def test_arithmetic_rows_add_the_encoders_work_to_ropes_measured_model():
     assert not math.isnan(headline["kernel_floor"])
 
 
+def test_attention_timed_above_its_whole_leaves_no_negative_time_outside_it():
+    """On a loaded machine rope's attention, timed alone, can come out above the whole forward or step it is
+    part of (a share > 1): the time outside attention is then 0, so every bound stays positive, and the
+    encoders' bounds are their attention's time at the limits against rope's measured whole."""
+    length = 1000
+    sdpa = 1e-3
+    train_sdpa = 1e-3
+    rows = pd.DataFrame(work.arithmetic_rows(_bounds(length, sdpa, 1.3, train_sdpa, 1.2), LIMITS, length))
+    assert (rows["bound_at_machine_limits"] > 0).all() and (rows["bound_at_ropes_efficiency"] > 0).all()
+    assert work.outside_attention(1.0, 1.3) == 0.0 and work.outside_attention(1.0, 0.25) == 0.75
+    cope = rows.set_index("encoder").loc["cope"]
+    step = 2 * train_sdpa / 1.2
+    cope_at_limits = 2 * 32 * 4 * 128 * 129 / 2 * work.training_work("cope", 32).flop_equivalents() / LIMITS.matmul
+    assert cope["bound_at_machine_limits"] == pytest.approx(step / cope_at_limits)
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
