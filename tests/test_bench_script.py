@@ -17,6 +17,7 @@ from posenc.encoders import ENCODERS
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # a whole script run, minutes on a busy CI core: -m slow
 def test_bench_quick_run_writes_every_table(tmp_path):
     """Every section but jobs, which its own test runs (test_bench_jobs_section_...: 20-40 s of the suite)."""
     out = tmp_path / "bench"
@@ -201,6 +202,7 @@ def test_the_ensemble_bench_trains_stacked_seeds_as_they_train_alone(tmp_path):
     assert (table["max_param_difference"] < 1e-5).all()
 
 
+@pytest.mark.slow  # a whole script run, minutes on a busy CI core: -m slow
 @pytest.mark.integration
 def test_the_bounds_script_writes_what_each_kernel_allows(tmp_path):
     result = subprocess.run(

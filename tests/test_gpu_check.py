@@ -28,6 +28,7 @@ def _rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow  # a whole script run, minutes on a busy CI core: -m slow
 def test_the_cpu_dry_run_runs_every_step_a_cpu_can(tmp_path):
     """About a minute on an idle 2-core CPU: setup (this environment), the machine's facts, the gpu tests (all
     skipping) with one unit test beside them, a tiny run killed with SIGKILL and resumed, the forward bench,

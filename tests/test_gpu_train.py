@@ -173,6 +173,7 @@ TINY = (
 )
 
 
+@pytest.mark.slow  # a whole script run, minutes on a busy CI core: -m slow
 @pytest.mark.integration  # it trains three tiny runs in subprocesses: about a minute on an idle 2-core CPU
 def test_the_cpu_dry_run_trains_packs_and_unpacks(tmp_path):
     """Two tiny runs finish, a third is stopped at the deadline (it checkpoints); the pack holds all three with
