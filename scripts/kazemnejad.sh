@@ -78,17 +78,18 @@ commit() {  # COMMIT=1: commit results/kazemnejad (its files only): everything w
     sleep 30
   done
 }
-finished() {  # whether the run of this arm, seed, task and encoder has finished (its metrics.json written)
-  local dir=$sweep/$2/$3/seed$1 file  # the arm's only configuration: its folder, or one override folder below
-  for file in "$dir"/metrics.json "$dir"/*/metrics.json; do [ -f "$file" ] && return 0; done
+holds() {  # whether the arm's run of seed $1, task $2, encoder $3 holds file $4: the arm's only configuration
+  # is its folder, or one override folder below
+  local dir=$sweep/$2/$3/seed$1 file
+  for file in "$dir/$4" "$dir"/*/"$4"; do [ -f "$file" ] && return 0; done
   return 1
 }
+finished() { holds "$1" "$2" "$3" metrics.json; }  # the run of this arm has finished
 continued_from() {  # arm schedule: resume=<the mastery arm's run> when that run has finished and this arm's run
   # has not started (no checkpoint yet; once it has one, it resumes its own), else nothing
-  local mastery=$results/multirun/kazemnejad_matched/$2/$3/seed$1 dir=$sweep/$2/$3/seed$1 file
+  local mastery=$results/multirun/kazemnejad_matched/$2/$3/seed$1
   [ "$arm" = schedule ] && [ -f "$mastery/metrics.json" ] || return 0
-  for file in "$dir"/checkpoint.pt "$dir"/*/checkpoint.pt; do [ -f "$file" ] && return 0; done
-  echo "resume=$mastery"
+  holds "$1" "$2" "$3" checkpoint.pt || echo "resume=$mastery"
 }
 # runs finished before an interruption but not yet tabulated
 if [ "${LIST:-0}" != 1 ] && [ -n "$(find "$sweep" -name metrics.json 2>/dev/null | head -1)" ]; then
