@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
+from conftest import compose_dict
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
@@ -92,3 +94,50 @@ def test_the_refusal_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: experiment=headline_retrieval is a sweep"), lines
     assert list(tmp_path.iterdir()) == []
+
+
+EXPERIMENT_ENCODER = sorted((ROOT / "conf" / "experiment_encoder").glob("*.yaml"))
+
+
+def experiment_and_encoder(stem: str) -> tuple[str, str]:
+    """``(experiment, encoder)`` a conf/experiment_encoder file's stem names (``<experiment>_<encoder>``), or
+    ``("", "")`` when no recorded experiment and registry encoder make it up."""
+    from posenc.encoders import ENCODERS
+
+    for experiment in EXPERIMENTS:
+        encoder = stem.removeprefix(f"{experiment}_")
+        if encoder != stem and encoder in ENCODERS:
+            return experiment, encoder
+    return "", ""
+
+
+@pytest.mark.parametrize("path", EXPERIMENT_ENCODER, ids=lambda p: p.stem)
+def test_an_experiments_encoder_settings_name_an_encoder_it_sweeps_and_reach_its_runs(path):
+    """conf/experiment_encoder/<experiment>_<encoder>.yaml is read through an optional default, which passes
+    over a misnamed file in silence: each file names a recorded experiment and an encoder that experiment
+    sweeps, sets options that encoder takes, and every one of them reaches the composed run; a command-line
+    override still wins."""
+    from posenc.encoders import ENCODERS
+    from posenc.options import keyword_options
+
+    experiment, encoder = experiment_and_encoder(path.stem)
+    assert experiment, f"{path.name}: not <experiment>_<encoder> for a file in conf/experiment and an encoder"
+    with initialize_config_module(config_module="posenc.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"experiment={experiment}"], return_hydra_config=True)
+    assert encoder in str(cfg.hydra.sweeper.params.get("encoder", "")).split(","), f"{experiment} sweeps no {encoder}"
+    settings = yaml.safe_load(path.read_text())
+    assert settings and set(settings) <= set(keyword_options(ENCODERS[encoder])), settings
+    composed = compose_dict([f"experiment={experiment}", f"encoder={encoder}"])["encoder"]
+    assert {key: composed[key] for key in settings} == settings
+    key = next(iter(settings))
+    changed = compose_dict([f"experiment={experiment}", f"encoder={encoder}", f"encoder.{key}=null"])
+    assert changed["encoder"][key] is None  # the command line's value, not the file's
+
+
+def test_an_encoder_without_experiment_settings_composes_as_its_own_config():
+    """Only the named pair changes: an encoder the experiment has no file for composes as without the
+    experiment, and the same encoder under another experiment (or none) keeps its own default."""
+    assert compose_dict(["experiment=kazemnejad_matched", "encoder=alibi"])["encoder"] == {"name": "alibi"}
+    assert compose_dict(["encoder=t5"])["encoder"]["max_distance"] is None
+    assert compose_dict(["experiment=kazemnejad_matched", "encoder=t5"])["encoder"]["max_distance"] == 128
+    assert compose_dict(["experiment=length_generalization", "encoder=t5"])["encoder"]["max_distance"] is None
