@@ -329,14 +329,16 @@ def _lengths_for(folder: RunFolder, lengths: list[int] | None, up_to: int, learn
 
 
 def run_facts(folders: Iterable[RunFolder]) -> dict[str, dict]:
-    """Run id -> the columns of its rows that its run folder decides now (``learned``, ``steps_to_learn``), for
-    every finished run of ``folders``: ``posenc compare`` refreshes its stored rows with them, so a run whose
-    metrics.json changed (resumed, or a rule like lm's convergence recorded) is never judged on stale rows."""
+    """Run id -> the columns of its rows that its run folder decides now (``run``, where it is; ``learned``,
+    ``steps_to_learn``), for every finished run of ``folders``: ``posenc compare`` refreshes its stored rows
+    with them, so a run whose metrics.json changed (resumed, or a rule like lm's convergence recorded) is never
+    judged on stale rows, and a run folder moved elsewhere is named where it now is (its evaluations, keyed by
+    its identity, are reused)."""
     facts = {}
     for folder in folders:
         if folder.finished and folder.identity is not None:
             about = _about(folder)
-            facts[about["run_id"]] = {"learned": about["learned"], "steps_to_learn": about["steps_to_learn"]}
+            facts[about["run_id"]] = {key: about[key] for key in ("run", "learned", "steps_to_learn")}
     return facts
 
 

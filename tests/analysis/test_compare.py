@@ -288,6 +288,20 @@ def test_compare_evaluates_once_then_reuses(trained_runs: Path, tmp_path):
     assert sorted(set(pd.read_parquet(out / "extrapolation.parquet")["eval_length"])) == [*lengths, 128]
 
 
+def test_compare_names_a_moved_run_where_it_now_is_and_reuses_its_evaluations(trained_runs: Path, tmp_path):
+    """A run folder moved (a sweep reorganised) keeps its identity: compare evaluates nothing again, and its rows
+    name the folder where it now is, which is what scripts read a run's variant from (scripts/t5_gap.py)."""
+    out, moved = tmp_path / "cmp", tmp_path / "moved"
+    first = posenc_cli("compare", "--runs", str(trained_runs), "--lengths", "16,32", "--out", str(out), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    shutil.copytree(trained_runs, moved)
+    again = posenc_cli("compare", "--runs", "moved", "--lengths", "16,32", "--out", str(out), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "0 new evaluations" in again.stderr
+    runs = pd.read_parquet(out / "extrapolation.parquet")["run"]
+    assert len(runs) == 4 and all(run.startswith("moved/") for run in runs), sorted(set(runs))
+
+
 def test_compare_refuses_bad_input_in_one_line(tmp_path):
     for args, needle in [
         (["--runs", str(tmp_path / "missing")], "missing"),
