@@ -154,14 +154,42 @@ def _complex_dtype(x: Tensor) -> torch.dtype:
     return torch.complex128 if x.dtype == torch.float64 else torch.complex64
 
 
+def partial_rotary_dim(fraction: float, head_dim: int, key: str) -> int:
+    """The dimensions a head rotates when a ``fraction`` of its ``head_dim`` is rotated: ``floor(fraction *
+    head_dim)``, as GPT-NeoX's ``int(head_size * rotary_pct)``; it must be even and ``>= 2`` (encoder ``key``
+    names the message's encoder)."""
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"encoder.fraction must be in (0, 1], got {fraction}")
+    rotary_dim = math.floor(fraction * head_dim + 1e-9)  # 0.29 * 100 is 28.999999999999996
+    if head_dim % 2 == 0 and (rotary_dim < 2 or rotary_dim % 2):
+        raise ConfigError(
+            f"encoder.fraction={fraction} rotates floor({fraction} * head_dim {head_dim}) = "
+            f"{rotary_dim} dimensions; {key} needs an even number >= 2"
+        )
+    return rotary_dim
+
+
 class RoPE(RotaryEncoder):
-    """Rotary position embedding (Su et al. 2021, RoFormer)."""
+    """Rotary position embedding (Su et al. 2021, RoFormer).
+
+    Args:
+        base: frequency base, ``> 1``.
+        fraction: the share of each head's dims rotated, the first ``floor(fraction * head_dim)``, with
+            frequencies spanning them (:class:`RoPEPartial`'s rule, which is ``rope_partial`` with 0.25 by
+            default); 1 (default): the whole head. Where a paper's RoPE rotates part of the head, as
+            Kazemnejad et al. 2023's does (25%: ``conf/experiment_encoder/kazemnejad_matched_rope.yaml``),
+            its comparisons keep the name ``rope`` with the fraction it used.
+    """
 
     description = "rotary embedding of queries and keys (Su et al. 2021)"
     key = "rope"
 
-    def __init__(self, shape: AttentionShape, train_length: int, *, base: float = 10000.0) -> None:
-        super().__init__(shape, train_length, base)
+    def __init__(
+        self, shape: AttentionShape, train_length: int, *, base: float = 10000.0, fraction: float = 1.0
+    ) -> None:
+        rotary_dim = None if fraction == 1 else partial_rotary_dim(fraction, shape.head_dim, self._key())
+        super().__init__(shape, train_length, base, rotary_dim=rotary_dim)
+        self.fraction = fraction
 
 
 class RoPENTK(RoPE):
@@ -204,14 +232,7 @@ class RoPEPartial(RotaryEncoder):
     def __init__(
         self, shape: AttentionShape, train_length: int, *, fraction: float = 0.25, base: float = 10000.0
     ) -> None:
-        if not 0 < fraction <= 1:
-            raise ConfigError(f"encoder.fraction must be in (0, 1], got {fraction}")
-        rotary_dim = math.floor(fraction * shape.head_dim + 1e-9)  # 0.29 * 100 is 28.999999999999996
-        if shape.head_dim % 2 == 0 and (rotary_dim < 2 or rotary_dim % 2):
-            raise ConfigError(
-                f"encoder.fraction={fraction} rotates floor({fraction} * head_dim {shape.head_dim}) = "
-                f"{rotary_dim} dimensions; rope_partial needs an even number >= 2"
-            )
+        rotary_dim = partial_rotary_dim(fraction, shape.head_dim, self._key())
         super().__init__(shape, train_length, base, rotary_dim=rotary_dim)
         self.fraction = fraction
 

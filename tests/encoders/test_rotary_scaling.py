@@ -299,3 +299,50 @@ def test_rope_partial_is_rope_shaped_for_the_registry_checks():
         build_encoder("rope_partial", AttentionShape(d_model=36, n_heads=4), TRAIN)
     assert build_encoder("rope_partial", AttentionShape(d_model=128, n_heads=4), TRAIN).rotary_dim == 8
     assert build_encoder("rope_partial", SHAPE, TRAIN, {"fraction": 0.375}).rotary_dim == 6
+
+
+# -- rope with a fraction: a paper's RoPE that rotates part of each head ---------------------------------
+
+
+def rotate_part_every_two(x: torch.Tensor, positions: torch.Tensor, rotary_dim: int) -> torch.Tensor:
+    """Kazemnejad et al. 2023's rotary written from its formula (McGill-NLP/length-generalization @ 40f8a445,
+    src/models/custom_t5_decoder_only.py L194-198, L380-392): pair ``(x[2j], x[2j+1])`` of the first
+    ``rotary_dim`` dims turned by ``m * 10000**(-2j / rotary_dim)`` (GPT-J's rotate_every_two), the rest as is."""
+    out = x.clone()
+    for j in range(rotary_dim // 2):
+        angle = positions.to(x.dtype)[:, None] * 10000.0 ** (-2 * j / rotary_dim)  # [s, 1]
+        a, b = x[..., 2 * j : 2 * j + 1], x[..., 2 * j + 1 : 2 * j + 2]
+        out[..., 2 * j : 2 * j + 1] = a * angle.cos() - b * angle.sin()
+        out[..., 2 * j + 1 : 2 * j + 2] = b * angle.cos() + a * angle.sin()
+    return out
+
+
+def test_rope_with_a_fraction_is_the_papers_partial_rotary_and_rope_partials_rule():
+    """``rope`` with ``fraction`` 0.25 rotates what Kazemnejad et al.'s rotary rotates (int(0.25 * d_head)
+    dims, frequencies over them), which is rope_partial's rule; fraction 1 (the default) is RoPE itself."""
+    q, k = qk(40, dtype=torch.float64)
+    positions = torch.arange(40)
+    quarter = build_encoder("rope", SHAPE, TRAIN, {"fraction": 0.25})
+    assert quarter.rotary_dim == 4 and quarter.fraction == 0.25
+    # posenc keeps inverse frequencies in float32 (pf.rope_inv_freq): angle m * theta_j is off by m times that
+    # rounding, which moves a pair by its norm times the angle's error; float64 arithmetic adds a few u64
+    theta = 10000.0 ** (-2 * torch.arange(2, dtype=torch.float64) / 4)  # [2]: the rotated pairs' frequencies
+    u64 = unit_roundoff(torch.float64)
+    stored = (quarter.inv_freq.double() - theta).abs()  # <= theta * u32
+    for x, got in zip((q, k), quarter.rotate(q, k, positions)):
+        want = rotate_part_every_two(x, positions, 4)
+        assert torch.equal(got[..., 4:], x[..., 4:])  # the other 12 dims pass through
+        pair_error = (got - want)[..., :4].unflatten(-1, (2, 2)).norm(dim=-1)  # [b, h, s, 2]
+        norms = x[..., :4].unflatten(-1, (2, 2)).norm(dim=-1)
+        bound = norms * (positions[:, None] * (stored + 2 * theta * u64) + 8 * u64)
+        assert (pair_error <= bound).all()
+    partial = build_encoder("rope_partial", SHAPE, TRAIN, {"fraction": 0.25})
+    assert all(torch.equal(a, b) for a, b in zip(quarter.rotate(q, k, positions), partial.rotate(q, k, positions)))
+    whole, plain = build_encoder("rope", SHAPE, TRAIN, {"fraction": 1.0}), build_encoder("rope", SHAPE, TRAIN)
+    assert all(torch.equal(a, b) for a, b in zip(whole.rotate(q, k, positions), plain.rotate(q, k, positions)))
+
+
+@pytest.mark.parametrize("fraction, message", [(0.05, "rope needs an even number"), (1.5, r"must be in \(0, 1\]")])
+def test_rope_refuses_a_fraction_it_cannot_rotate(fraction, message):
+    with pytest.raises(ConfigError, match=message):
+        build_encoder("rope", SHAPE, TRAIN, {"fraction": fraction})
