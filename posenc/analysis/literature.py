@@ -68,6 +68,13 @@ _KAZEMNEJAD_SOURCE = (
     'Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalization in Transformers", NeurIPS'
 )
 _KAZEMNEJAD_ORDER = "NoPE ≥ T5's relative bias > ALiBi > RoPE ≥ absolute (APE; posenc: sinusoidal)"
+# How the paper's code builds two of the encoders, where posenc's defaults differ (issue 39)
+_KAZEMNEJAD_ENCODERS = (
+    "the paper's rotary turns the first quarter of each head's dims and its T5 has max_distance 128 "
+    "(McGill-NLP/length-generalization src/models/custom_t5_decoder_only.py L194-198; transformers 4.16.2's "
+    "default): conf/experiment/kazemnejad_matched builds both so (results/kazemnejad), while posenc's "
+    "defaults turn the whole head and set T5's max_distance by posenc's rule"
+)
 
 
 def shown_links(links: tuple[tuple[Side, Side], ...], reported: dict[Side, float]) -> tuple[tuple[Side, Side], ...]:
@@ -97,7 +104,7 @@ def _kazemnejad_mean_rank() -> Claim:
         "links are tested; NoPE ≥ T5 and RoPE ≥ APE are not strict and are not. The paper's own mean "
         f"reciprocal ranks on the two matched splits ({KAZEMNEJAD_SPLITS['copy']}, "
         f"{KAZEMNEJAD_SPLITS['reverse']}, field {KAZEMNEJAD_FIELD}): {paper}; every tested link holds "
-        "there, NoPE ≥ T5 does not",
+        f"there, NoPE ≥ T5 does not; {_KAZEMNEJAD_ENCODERS}",
     )
 
 
@@ -132,7 +139,7 @@ def _kazemnejad(task: str) -> Claim:
         f"APE are not strict and are not tested{untested if left else ''}. The paper trains on lengths "
         "drawn from U(1, L) and tests U(1, 2L), scoring (L, 2L]; (2×, 4×] asks whether the order "
         "persists past its range. Learned positions have no rows past their table, so the paper's APE "
-        "is posenc's sinusoidal",
+        f"is posenc's sinusoidal; {_KAZEMNEJAD_ENCODERS}",
         reported=tuple(Reported(side, value) for side, value in reported.items()),
         reported_where=_KAZEMNEJAD_WHERE + KAZEMNEJAD_SPLITS[task],
     )

@@ -611,7 +611,8 @@ def test_detail_lines_and_markdown():
     assert bullet.startswith("- **agrees** — Kazemnejad et al. 2023 (copy): Past the training length, exact")
     assert "Bonferroni over 14 comparisons: 99.6% intervals." in bullet
     assert "Reported (exact match over (L, 2L], L = 20" in bullet and "nope 0.305, t5 0.420" in bullet
-    assert bullet.endswith("the paper's APE is posenc's sinusoidal.") and "\n" not in bullet
+    assert "the paper's APE is posenc's sinusoidal; the paper's rotary turns the first quarter" in bullet
+    assert bullet.endswith("set T5's max_distance by posenc's rule.") and "\n" not in bullet
     plain = Verdict(toy(), "differs", ("x",)).markdown()
     assert plain == "- **differs** — Someone et al. 2024 (copy): A beats B. x. A caveat."
 
