@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from posenc.analysis.pipeline import compared_run_ids
 from posenc.analysis.stats import t_quantile
 
 TRAIN_LENGTH = 43
@@ -179,6 +180,15 @@ def markdown(frame: pd.DataFrame) -> str:
     return frame.to_markdown(index=False, floatfmt=".3f") + "\n"
 
 
+def compared_rows(folder: Path) -> pd.DataFrame:
+    """``folder``'s extrapolation.csv, only the runs its comparison covers where it has one: the table keeps every
+    run ever evaluated there, a run that has since left the sweep too (issue 39: the matched arms' T5 and RoPE
+    runs trained before they took the paper's layouts)."""
+    table = pd.read_csv(folder / "extrapolation.csv")
+    run_ids = compared_run_ids(folder)
+    return table if run_ids is None else table[table["run_id"].isin(run_ids)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=Path("results/kazemnejad"))
@@ -188,7 +198,7 @@ def main() -> None:
         table_path = args.root / arm / "extrapolation.csv"
         if not table_path.exists():
             continue
-        seeds = per_seed(pd.read_csv(table_path))
+        seeds = per_seed(compared_rows(args.root / arm))
         if seeds.empty:
             continue
         found[arm] = seeds

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folder", type=Path, default=Path("results/t5_gap"))
     args = parser.parse_args(argv)
-    seeds = per_seed(pd.read_csv(args.folder / "extrapolation.csv"))
+    seeds = per_seed(seeds_script.compared_rows(args.folder))
     seeds.to_csv(args.folder / "gap_seeds.csv", index=False)
     (args.folder / "gap.md").write_text(markdown(seeds, gap_table(seeds)))
     print(f"wrote {args.folder}/gap_seeds.csv, gap.md")

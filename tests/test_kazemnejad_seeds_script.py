@@ -100,3 +100,20 @@ def test_the_seed_figure_says_what_its_marks_are_and_nothing_runs_past_its_edges
         labels = [text.get_text() for text in key.get_texts()]
         assert labels == ["a seed that learned", "a seed that did not learn", "mean over seeds", "generalizes (0.5)"]
         assert problems(saved[-1]) == []
+
+
+def test_a_run_that_left_the_comparison_is_not_among_the_seeds(tmp_path):
+    """An arm's extrapolation table keeps every run ever evaluated there; a run its comparison no longer covers
+    (a T5 trained before the arm took the paper's layout, the same seed) is left out, not counted twice."""
+    script, table = _rows(0.2)
+    superseded = table[table["seed"] == 0].assign(exact_match=0.9)
+    table = pd.concat([table.assign(run_id=[f"now{s}" for s in table["seed"]]), superseded.assign(run_id="old0")])
+    table.to_csv(tmp_path / "extrapolation.csv", index=False)
+    mixed = script.per_seed(script.compared_rows(tmp_path))  # no comparison yet: every run, old0 pooled in
+    assert mixed["test_exact_match"].iloc[0] == pytest.approx((0.2 + 0.9) / 2)
+    pd.DataFrame({"run_ids": ["now0,now1", "now2"], "eval_length": [44, 44]}).to_parquet(
+        tmp_path / "comparison.parquet"
+    )
+    seeds = script.per_seed(script.compared_rows(tmp_path))
+    assert list(seeds["seed"]) == [0, 1, 2]
+    assert seeds["test_exact_match"].tolist() == pytest.approx([0.2, 0.3, 0.4])

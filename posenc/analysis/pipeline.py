@@ -45,7 +45,7 @@ def select(results: Results, run_ids: set[str], lengths: list[int] | None) -> Re
 def compared_results(out: Path) -> Results:
     """The evaluations ``out``'s comparison aggregates (its runs, at its lengths), read from its tables alone:
     what its report judged, for scripts that judge more (scripts/scale_check.py)."""
-    results, run_ids = read_results(out), _compared_run_ids(out)
+    results, run_ids = read_results(out), compared_run_ids(out)
     if results is None or run_ids is None:
         raise PosencError(
             f"{out} holds no comparison (no extrapolation.parquet and {TABLE_STEM}.parquet); run "
@@ -119,8 +119,10 @@ def with_facts(results: Results, facts: dict[str, dict]) -> Results:
     return Results(ev, results.sequences, results.positions)
 
 
-def _compared_run_ids(out: Path) -> set[str] | None:
-    """The runs ``out``'s comparison table covers, or None where ``out`` holds no comparison."""
+def compared_run_ids(out: Path) -> set[str] | None:
+    """The runs ``out``'s comparison table covers, or None where ``out`` holds no comparison. ``out``'s
+    evaluations (``extrapolation.*``) keep every run ever evaluated there, a run since moved or removed from
+    the runs compared too: scripts that read them select these."""
     previous = read_table(out, TABLE_STEM)
     if previous is None:
         return None
@@ -134,7 +136,7 @@ def _compared_lengths(out: Path) -> list[int]:
 
 def check_extendable(out: Path) -> set[str]:
     """The runs ``out``'s comparison covers; an error where it holds none (``--extend``: before any work)."""
-    compared = _compared_run_ids(out)
+    compared = compared_run_ids(out)
     if compared is None:
         raise PosencError(
             f"{out} holds no comparison to extend (no {TABLE_STEM}.parquet); run `posenc compare "
@@ -183,7 +185,7 @@ def regenerate(out: Path, command: str) -> tuple[pd.DataFrame, list[Path], dict]
                 f"{out} holds no comparison (no extrapolation.parquet and comparison.parquet); "
                 "run `posenc compare --out` there first"
             )
-        run_ids = _compared_run_ids(out)
+        run_ids = compared_run_ids(out)
         lengths = _compared_lengths(out)
         choices = read_table(out, CHOICES_STEM)
         comparison, paths, figures = _write(stage, select(results, run_ids, lengths), command, choices)
