@@ -48,6 +48,9 @@ case "$arm" in
 esac
 out=$results/kazemnejad/$arm
 lengths=43,$(seq -s, 44 2 82),122,162
+protocol_note="Protocol: conf/experiment/kazemnejad_matched.yaml. Since 2026-11-28 its T5 (max_distance 128) and \
+RoPE (a quarter of each head rotated) are built as the paper's code builds them; the runs trained before that \
+left this record (results/kazemnejad/README.md)."
 export OMP_NUM_THREADS=1  # one core: the machine is shared; results are recorded at one thread
 tables() {  # tabulate and evaluate what is trained (only what is new is evaluated)
   "$posenc" runs --runs "$sweep" --out "$out"
@@ -59,7 +62,7 @@ tables() {  # tabulate and evaluate what is trained (only what is new is evaluat
   "$python" scripts/kazemnejad_seeds.py --root "$results/kazemnejad"  # every seed; the arms paired by seed
   # the claims' verdicts, each with what it would say with the mastery gate lifted (every seed of every side)
   "$python" scripts/ungated_claims.py --folder "$out" --claim kazemnejad2023_mean_rank \
-    --claim kazemnejad2023_copy --claim kazemnejad2023_reverse --out "$out/verdicts.md"
+    --claim kazemnejad2023_copy --claim kazemnejad2023_reverse --out "$out/verdicts.md" --note "$protocol_note"
 }
 committed=$(date +%s)
 commit() {  # COMMIT=1: commit results/kazemnejad (its files only): everything when $1 is "now" (after each seed),

@@ -1,15 +1,15 @@
 """Every seed's outcome in the matched Kazemnejad experiment (conf/experiment/kazemnejad_matched.yaml), and its
 arms paired by seed: what scripts/kazemnejad.sh runs after each run.
 
-Reads ``results/kazemnejad/<arm>/extrapolation.csv`` (arms ``mastery``, ``schedule`` and ``long``, whichever
-exist) and writes, per arm, ``seeds.csv`` / ``seeds.md`` (one row per task, encoder and seed: learned, steps,
-exact match at the training length, over the paper's test range and beyond) and ``distribution.md`` with ``seeds.png`` /
-``seeds.svg`` (per task and encoder: seeds, learned, mean, SD, median, min, max over seeds - the maximum for
-parity with papers that report it - and the share of seeds that generalize). Beside the mastery arm,
-``results/kazemnejad/stopping_rule.md`` (schedule minus mastery: the same runs trained on past mastery) and
-``budget.md`` (long minus mastery: 40000 steps against 10000, the same seeds, initialisations and data
-stream): on the test range, paired by seed (mean difference, Student-t 95% interval over the seeds both arms
-have, how many seeds rose, fell, tied, and how many learned in each arm).
+Reads ``results/kazemnejad/<arm>/extrapolation.csv`` (arms ``mastery``, ``schedule`` and ``long``, whichever exist;
+the runs the arm's comparison covers, :func:`compared_rows`) and writes, per arm, ``seeds.csv`` / ``seeds.md`` (one
+row per task, encoder and seed: learned, steps, exact match at the training length, over the paper's test range and
+beyond) and ``distribution.md`` with ``seeds.png`` / ``seeds.svg`` (per task and encoder: seeds, learned, mean, SD,
+median, min, max over seeds - the maximum for parity with papers that report it - and the share of seeds that
+generalize). Beside the mastery arm, ``results/kazemnejad/stopping_rule.md`` (schedule minus mastery: the same runs
+trained on past mastery) and ``budget.md`` (long minus mastery: 40000 steps against 10000, the same seeds,
+initialisations and data stream): on the test range, paired by seed (mean difference, Student-t 95% interval over
+the seeds both arms have, how many seeds rose, fell, tied, and how many learned in each arm).
 
 Windows, in symbols n (lengths 2n + 2 with the end token, Copy.symbols_at): ``test`` n = 21..40 (lengths
 44, 46, ..., 82: the paper's test range, each n weighted equally as its test set does), ``beyond`` n = 60 and 80
@@ -209,7 +209,8 @@ def main() -> None:
             f"# Exact match over 21-40 symbols across seeds, arm {arm}\n\n"
             f"Per seed: the mean over lengths {TEST[0]}, {TEST[1]}, ..., {TEST[-1]} (one per symbol count); "
             f"share>=x: the share of seeds at or above x; beyond_mean: 60 and 80 symbols. Source: "
-            f"extrapolation.csv here; scripts/kazemnejad_seeds.py.\n\n" + markdown(spread)
+            f"extrapolation.csv here, the runs comparison.csv covers; scripts/kazemnejad_seeds.py.\n\n"
+            + markdown(spread)
         )
         figure(seeds, args.root / arm / "seeds", f"Kazemnejad matched, arm {arm}: every seed")
         print(f"wrote {args.root / arm}/seeds.csv, seeds.md, distribution.md, seeds.png/svg")

@@ -7,7 +7,8 @@
 # posenc's bucket layout, as that experiment built T5 until this measurement made it take the paper's layout
 # (conf/experiment_encoder/kazemnejad_matched_t5.yaml, 2026-11-28):
 #   baseline     encoder.max_distance=null: posenc's rule, max(32, 43 // 2) = 32 (its seeds 0-4 were trained
-#                by scripts/kazemnejad.sh's mastery arm before that change, and moved here)
+#                into scripts/kazemnejad.sh's mastery-arm folder before that change, seeds 0-3 by that script
+#                and seed 4 by this one, and moved here)
 #   alphabet16   task.n_symbols=16 (and the baseline's layout): posenc's former alphabet (the paper's 100 is
 #                the baseline's), so the alphabet's share of the gap is measured in the matched protocol
 #   layout128    encoder.max_distance=128: T5's own layout as the paper's code builds it (32 buckets, as posenc's
@@ -18,7 +19,8 @@
 #                to _relative_position_bucket(..., num_buckets=32, max_distance=128) (L354), unidirectional since
 #                config.is_decoder = True (L1137); configs/models/t5a_small.jsonnet L21 relative_attention_num_buckets:
 #                32; one table shared by all layers, L660, as posenc's). posenc's rule gives max(32, 43 // 2) = 32.
-#                Now the matched experiment's own T5 (scripts/kazemnejad.sh trains it on both tasks, 15 seeds).
+#                Now the matched experiment's own T5 (scripts/kazemnejad.sh trains it on both tasks, 15 seeds,
+#                into its own folder: its copy seeds 0-4 are these runs again, bit for bit on one machine).
 #   size         model.d_model=768 model.n_layers=12 model.n_heads=12 model.d_mlp=3072 (and the baseline's
 #                layout): the paper's T5-base-sized
 #                decoder (README L85 configs/t5_dec_base.jsonnet -> configs/models/t5_base.jsonnet, hf_model_name
@@ -37,16 +39,16 @@
 #                                                   # them many at once on a GPU (then run this script to tabulate).
 #   TABLES=0 bash scripts/t5_gap.sh                 # train only, no tables
 #
-# Runs: results/multirun/t5_gap/, git-ignored. Tables, figures, report.md: results/t5_gap/; per seed and the table of each variant against the
-# baseline over 21-40 symbols (mean, SD, min, max over seeds; difference with a Welch 95% interval): results/
-# t5_gap/gap.md (scripts/t5_gap.py). Running it again skips finished runs, resumes a killed one from its
-# checkpoint and evaluates nothing already evaluated.
+# Runs: results/multirun/t5_gap/, git-ignored. Tables, figures, report.md: results/t5_gap/; per seed and the table of
+# each variant against the baseline over 21-40 symbols (mean, SD, min, max over seeds; difference with a Welch 95%
+# interval): results/t5_gap/gap.md (scripts/t5_gap.py). Running it again skips finished runs, resumes a killed one
+# from its checkpoint and evaluates nothing already evaluated.
 # Environment: POSENC (the posenc command), PYTHON (its interpreter), RESULTS (the results root, default results).
 # Cost: baseline, alphabet16, layout128 about 6 s per 100 steps on one thread (scripts/kazemnejad.sh; 9.5 s in a
-# contended pilot, 2026-11-28), 7-16 min a run: 15 runs about 2.5 h (all trained, 2026-11). size: about 1400x the FLOPs per step (0.9 TFLOP): many seconds a step on a CPU,
-# days a run, so a GPU job: on an H200 in fp32 an estimated 20-40 ms a step, 5 runs at once sharing the card
-# about 5 steps/s each, up to 10000 steps: 30-40 min. The small variants on the H200 (~70 steps/s per run with 14
-# at once): under 3 min.
+# contended pilot, 2026-11-28), 7-16 min a run: 15 runs about 2.5 h (all trained, 2026-11). size: about 1400x the FLOPs
+# per step (0.9 TFLOP): many seconds a step on a CPU, days a run, so a GPU job: on an H200 in fp32 an estimated 20-40
+# ms a step, 5 runs at once sharing the card about 5 steps/s each, up to 10000 steps: 30-40 min. The small variants on
+# the H200 (~70 steps/s per run with 14 at once): under 3 min.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/train_or_list.sh

@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folder", type=Path, action="append", required=True, help="a comparison folder (repeatable)")
     parser.add_argument("--claim", action="append", required=True, help="a claim key, e.g. ruoss2023_reverse")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--note", default="", help="a paragraph under the header: what the reader must know")
     args = parser.parse_args(argv)
     parts = [
         "# Verdicts, gated and ungated\n",
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         "(`posenc.analysis.claims.check`, as its report.md gives it); under it, where a side did not learn its "
         "task in distribution (the 0.99 gate), what the same check says with every seed of every side counted "
         "as learned (`posenc.analysis.claims.ungated`, mastery=True): how much the gate decides.\n",
+        *([f"{args.note}\n"] if args.note else []),
     ]
     try:
         for folder in args.folder:

@@ -99,7 +99,7 @@ CASES = [
         ["compare", "--runs", "{run}", "--choose", "train.nosuch", "--out", "{out}"],
     ),
     ("unknown encoder option: gamma", ["train", "encoder=rope", "+encoder.gamma=0.5"]),
-    ("rope fraction it cannot rotate", ["train", "encoder=rope", "+encoder.fraction=0.05"]),
+    ("rope fraction it cannot rotate", ["train", "encoder=rope", "encoder.fraction=0.05"]),
     ("rope_partial fraction out of range", ["train", "encoder=rope_partial", "encoder.fraction=1.5"]),
     ("passkey depth out of range", ["train", "task=passkey", "task.depth=2.0"]),
     ("lm corpus folder missing", ["train", "task=lm", "task.corpus={tmp}/no-corpus"]),

@@ -38,6 +38,11 @@ def test_matched_experiment_composes_the_papers_data_and_the_sweep():
             built, _, _ = run.build()
             assert built.vocab_size == 103 and built.eos == 102
             assert [built.symbols_at(n) for n in run.training_lengths(built)] == [4, 20]
+            _, positional, _ = run.check()  # the encoders as the paper's code builds them (experiment_encoder/)
+            if encoder == "t5":
+                assert (positional.num_buckets, positional.max_distance) == (32, 128)
+            if encoder == "rope":
+                assert positional.rotary_dim == 4 and positional.fraction == 0.25  # int(0.25 * head_dim 16)
 
 
 def test_the_schedule_arm_continues_each_finished_mastery_run_and_lists_fresh_ones(tmp_path):

@@ -35,6 +35,7 @@ CHANGING_VALUES = {
     "model.n_layers": 5,
     "task.length": 40,
     "encoder.name": "alibi",
+    "encoder.fraction": 0.25,
     "model.mixer": "base_conv",
     "train.precision": "bf16",
 }

@@ -92,4 +92,8 @@ def test_ungated_claims_writes_the_gated_verdict_and_what_lifting_the_gate_says(
     above_part, below_part = text.split(f"## `{below}`")
     assert "would say **agrees**" in above_part
     assert "would say **differs**" in below_part
+    assert script.main([*args, "--note", "Protocol: the paper's recipe."]) == 0  # a note under the header
+    noted = out.read_text()
+    assert noted.index("how much the gate decides.\n\nProtocol: the paper's recipe.\n") < noted.index("## `")
+    assert "Protocol" not in text
     assert script.main(["--folder", str(above), "--claim", "nope", "--out", str(out)]) == 2

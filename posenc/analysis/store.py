@@ -59,7 +59,12 @@ RUN_NEUTRAL_KEYS = (
 )  # fmt: skip
 # Keys added after runs were recorded, at the value every earlier run had: a config without the key is the same
 # run as one holding that value (left out where it holds it), so every earlier run keeps its identity and resumes.
-LATER_DEFAULTS = {"model.mixer": "attention", "task.end_token": False, "train.stop_at_mastery": True}
+LATER_DEFAULTS = {
+    "model.mixer": "attention",
+    "task.end_token": False,
+    "train.stop_at_mastery": True,
+    "encoder.fraction": 1.0,  # rope's (and rope_ntk's) rotated share, added 2026-11-28: the whole head
+}
 _NOT_IDENTITY = {"seed", "hydra"}  # the seed is in run_id, not config_id; hydra: Hydra's own settings
 
 

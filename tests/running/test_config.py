@@ -21,7 +21,7 @@ from posenc.tasks import TASKS
 def test_defaults_compose_to_rope_on_copy():
     cfg = run_config_from_dict(compose_dict())
     assert (cfg.encoder.name, cfg.task.name, cfg.task.length, cfg.seed) == ("rope", "copy", 64, 0)
-    assert cfg.encoder.options == {"base": 10000.0}
+    assert cfg.encoder.options == {"base": 10000.0, "fraction": 1.0}
     assert cfg.task.options == {"n_symbols": 16, "end_token": False}
     assert cfg.model.d_model == 128 and cfg.train.steps > 0
 
