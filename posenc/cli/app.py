@@ -135,6 +135,9 @@ def train(ctx: typer.Context) -> None:
     from posenc.running.config import store_plugin_configs
 
     args = quote_path_overrides(ctx.args)  # resume=PATH of posenc's own folder names (`=`, `,`)
+    # `~experiment` removes the experiment default, which is null: nothing. Passed on, it would leave conf/config.yaml's
+    # experiment_encoder default (`${experiment}_${encoder}`) without a value to read.
+    args = [a for a in args if a not in ("~experiment", "~experiment=null")]
     with one_line_errors():
         try:
             store_plugin_configs(args)  # encoder=KEY of a plugin composes like a built-in (here and in workers)

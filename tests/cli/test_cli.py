@@ -44,6 +44,10 @@ def test_train_single_run_writes_the_run_directory(tmp_path):
     assert "done in" in (run / LOG_FILE).read_text()
 
 
+def result_job(cwd: Path) -> str:
+    return posenc_cli("train", "encoder=alibi", "task.length=32", "--cfg", "job", cwd=cwd).stdout
+
+
 def test_train_passes_hydra_flags_through(tmp_path):
     result = posenc_cli("train", "encoder=alibi", "task.length=32", "--cfg", "job", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -51,6 +55,9 @@ def test_train_passes_hydra_flags_through(tmp_path):
     result = posenc_cli("train", "--help", cwd=tmp_path)
     assert result.returncode == 0 and f"encoder: {', '.join(sorted(ENCODERS))}" in result.stdout
     assert not (tmp_path / "results").exists()  # printing config or help trains nothing
+    # `~experiment` removes the default experiment, which is none: the config composes as without it
+    removed = posenc_cli("train", "encoder=alibi", "task.length=32", "~experiment", "--cfg", "job", cwd=tmp_path)
+    assert removed.returncode == 0 and removed.stdout == result_job(tmp_path), removed.stderr
 
 
 def test_multirun_sweep_writes_one_run_per_job(trained_runs: Path):
