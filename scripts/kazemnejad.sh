@@ -18,6 +18,8 @@
 #                                              # overrides each: python scripts/train_parallel.py --from runs.txt
 #                                              # trains them many at once on a GPU (then run this script to tabulate;
 #                                              # schedule runs start afresh there: the device has no checkpoints)
+#   TABLES_ONLY=1 bash scripts/kazemnejad.sh   # only tabulate what is trained (after stopping it, or unpacking
+#                                              # runs from a device): trains nothing
 #   COMMIT=1 bash scripts/kazemnejad.sh        # also commit results/kazemnejad every 25 min and after each seed
 #                                              # (COMMIT_EVERY=seconds; sequences.parquet after each seed only)
 #
@@ -98,6 +100,7 @@ continued_from() {  # arm schedule: resume=<the mastery arm's run> when that run
 if [ "${LIST:-0}" != 1 ] && [ -n "$(find "$sweep" -name metrics.json 2>/dev/null | head -1)" ]; then
   tables || echo "tables failed" >&2
 fi
+[ "${TABLES_ONLY:-0}" != 1 ] || exit 0
 for seed in $seeds; do  # every encoder on both tasks for one seed, then the next seed: balanced at every point
   for task in copy reverse; do
     for encoder in nope t5 alibi rope sinusoidal; do

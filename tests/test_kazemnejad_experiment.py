@@ -77,6 +77,12 @@ def test_the_schedule_arm_continues_each_finished_mastery_run_and_lists_fresh_on
     assert resumed["nope"].endswith(f"resume={mastery / 'copy' / 'nope' / 'seed0'}")
     listed = listed_runs(Path("scripts/kazemnejad.sh"), results, ARM="schedule", SEEDS="0")
     assert len(listed) == 10 and not any("resume=" in line for line in listed)
+    log.unlink()  # TABLES_ONLY=1 tabulates what is trained and trains nothing
+    (started / "metrics.json").write_text("{}")
+    only = subprocess.run(["bash", "scripts/kazemnejad.sh"], env={**env, "PYTHON": "true", "TABLES_ONLY": "1"},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert only.returncode == 0, only.stderr
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["runs", "compare"]
 
 
 def test_the_long_arm_lists_the_papers_step_count_into_its_own_sweep(tmp_path):
