@@ -38,6 +38,10 @@ below is applied by :func:`check` alone:
   such ranking puts it the expected (the other) way, so that it is wrong only when some pairwise interval
   misses. A link whose two sides are at chance on every task is not testable. The point is the ranking of
   the sides' pooled means, ties sharing their reciprocal ranks (:func:`reciprocal_ranks`).
+* **Seeds.** A claim is about encoders, not about one trained model: a check whose sides have one seed each
+  (:data:`MIN_SEEDS`) stays *open* whatever its interval, since the spread between seeds, the larger source of
+  uncertainty here, is unknown from one seed (:func:`posenc.analysis.stats.paired_difference` then counts the
+  sequences alone); a pair of a mean-rank claim is not ordered from one seed.
 * **Outcome.** Each check *holds* (interval wholly on the expected side), is *contradicted* (wholly on the
   other), is *open* (neither), or is *not testable* (at chance; no length in the window evaluated for both
   sides). The claim is judged on its testable checks: **differs** if any is contradicted, **agrees** if all
@@ -535,6 +539,8 @@ def _where(window: Window, lengths: Sequence[int]) -> str:
 # --- judging one check ------------------------------------------------------------------------------------
 
 _STATES = {1: "holds", -1: "contradicted", 0: "open"}
+MIN_SEEDS = 2  # seeds a check needs on each side to hold or be contradicted (module docstring, "Seeds")
+_ONE_SEED = "open: one seed, the spread between seeds unknown"
 
 
 def _words(metric: str) -> str:
@@ -563,7 +569,10 @@ def _judge_comparison(c: Comparison, claim: Claim, window: Window, evidence: Evi
             est,
         )
     state = 1 if est.low > 0 else -1 if est.high < 0 else 0
-    return Check(c, window, state, f"{head} ({_STATES[state]})", lengths, est)
+    note = _STATES[state]
+    if state and est.n_seeds < MIN_SEEDS:
+        state, note = 0, _ONE_SEED
+    return Check(c, window, state, f"{head} ({note})", lengths, est)
 
 
 def _judge_threshold(t: Threshold, claim: Claim, window: Window, evidence: Evidence) -> Check:
@@ -577,6 +586,8 @@ def _judge_threshold(t: Threshold, claim: Claim, window: Window, evidence: Evide
     else:
         state = 1 if est.high <= value else -1 if est.low > value else 0
     note = _STATES[state]
+    if state and est.n_seeds < MIN_SEEDS:
+        state, note = 0, _ONE_SEED
     if state == 1 and evidence.learned(claim.task, t.side) is False:
         state, note = 0, "open: did not learn within its budget, so it cannot hold"
     need = f"{'≥' if higher else '≤'} {value:.3g}"
@@ -638,7 +649,7 @@ def _task_ranking(claim: Claim, task: str, window: Window, evidence: Evidence) -
     ordered = set()
     for i, j in itertools.combinations(range(len(sides)), 2):
         pair = _pair(evidence, claim, sides[i], sides[j], window, task)
-        if pair.estimate is None or not {i, j} & above:
+        if pair.estimate is None or not {i, j} & above or pair.estimate.n_seeds < MIN_SEEDS:
             continue
         est = pair.estimate
         low, high = (est.low, est.high) if higher else (-est.high, -est.low)  # positive: i better

@@ -723,10 +723,10 @@ def rank_toy(*expect: MeanRank) -> Claim:
     )
 
 
-def ranked_evidence(copy: dict[Side, float], reverse: dict[Side, float]) -> FakeEvidence:
+def ranked_evidence(copy: dict[Side, float], reverse: dict[Side, float], seeds: int = SEEDS) -> FakeEvidence:
     """Every seed of a side on a task solves the given share of its sequences (the easiest first)."""
     values = {
-        (task, side, 2 * L, "exact_match"): [(difficulty(2 * L) < share).astype(float)] * SEEDS
+        (task, side, 2 * L, "exact_match"): [(difficulty(2 * L) < share).astype(float)] * seeds
         for task, shares in (("copy", copy), ("reverse", reverse))
         for side, share in shares.items()
     }
@@ -1030,3 +1030,22 @@ def test_mixer_of_reads_the_identity_json():
 
     assert mixer_of('{"model": {"mixer": "base_conv"}}') == "base_conv"
     assert mixer_of('{"model": {"d_model": 16}}') == mixer_of("") == mixer_of(None) == mixer_of("{") == "attention"
+
+
+def test_one_seed_a_side_never_decides_a_check():
+    """A claim is about encoders: with one seed a side the spread between seeds is unknown, so an interval
+    clear of 0 stays open (the matched long arm's first seed read "differs" before this rule); two seeds
+    decide as before. For comparisons, thresholds and the pairs a mean rank rests on."""
+    one_good, one_bad = [np.ones(N)], [np.zeros(N)]
+    verdict = check(toy(), evidence("exact_match", a=one_good, b=one_bad))
+    assert verdict.outcome == "inconclusive" and verdict.checks[0].estimate.low > 0
+    assert verdict.details[0].endswith("(open: one seed, the spread between seeds unknown)")
+    assert check(toy(), evidence("exact_match", a=one_bad, b=one_good)).outcome == "inconclusive"
+    assert check(toy(), evidence("exact_match", a=GOOD[:2], b=BAD[:2])).outcome == "agrees"
+    assert check(toy(), evidence("exact_match", a=BAD[:2], b=GOOD[:2])).outcome == "differs"
+    threshold = toy(expect=(Threshold(A, 0.9),))
+    assert check(threshold, evidence("exact_match", a=one_good)).outcome == "inconclusive"
+    assert check(threshold, evidence("exact_match", a=GOOD[:2])).outcome == "agrees"
+    shares = ({X: 0.9, Y: 0.5, Z: 0.1}, {X: 0.8, Y: 0.4, Z: 0.0})
+    assert check(rank_toy(), ranked_evidence(*shares, seeds=1)).outcome == "inconclusive"
+    assert check(rank_toy(), ranked_evidence(*shares, seeds=2)).outcome == "agrees"
