@@ -29,7 +29,8 @@
 # (long) (scripts/kazemnejad_seeds.py).
 # Running it again skips finished runs, resumes a killed one from its checkpoint and evaluates nothing already
 # evaluated, so it can be stopped at any point (kill its process group) and started again, by any session, with
-# the same command.
+# the same command. On another machine, where the run folders are not, the runs the arm's committed training.csv
+# records count as finished, and the tables extend the committed ones (scripts/train_or_list.sh).
 # Environment: POSENC (the posenc command), PYTHON (its interpreter), RESULTS (the results root, default
 # results; a symlink lets a copy of the code elsewhere keep its runs and tables in this checkout's results/).
 # Timing (one thread of a shared 2-core CPU, 2026-11): about 6 s per 100 steps at these lengths; a mastery run
@@ -37,9 +38,8 @@
 # one); the mastery arm about 10-17 h for 150 runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-posenc=${POSENC:-$(command -v posenc || echo .venv/bin/posenc)}
-python=${PYTHON:-$(dirname "$posenc")/python}  # the interpreter posenc is installed in
-results=${RESULTS:-results}
+# shellcheck source=scripts/train_or_list.sh
+source scripts/train_or_list.sh  # posenc, python and results, from the environment; recorded, extend_of
 arm=${ARM:-mastery}
 seeds=${SEEDS:-$(seq 0 14)}
 case "$arm" in
@@ -55,12 +55,14 @@ RoPE (a quarter of each head rotated) are built as the paper's code builds them;
 left this record (results/kazemnejad/README.md)."
 export OMP_NUM_THREADS=1  # one core: the machine is shared; results are recorded at one thread
 tables() {  # tabulate and evaluate what is trained (only what is new is evaluated)
-  "$posenc" runs --runs "$sweep" --out "$out"
+  # --extend: the committed tables keep the runs trained on other machines (their folders are not here)
+  "$posenc" runs --extend --runs "$sweep" --out "$out"
   # every run at every length, not-learned ones too (marked): every seed's outcome is wanted (seeds.md), and
   # a configuration short of mastery (fewer than 10 of its seeds learned, and not all: posenc.analysis.mastery)
   # would otherwise be evaluated at its training length only. The comparison and the claims still read a
   # configuration learned by quorum on its learned seeds alone past the training length.
-  "$posenc" compare --runs "$sweep" --out "$out" --lengths "$lengths" --include-not-learned
+  # shellcheck disable=SC2046  # extend_of gives one word or none
+  "$posenc" compare --runs "$sweep" --out "$out" $(extend_of "$out") --lengths "$lengths" --include-not-learned
   "$python" scripts/kazemnejad_seeds.py --root "$results/kazemnejad"  # every seed; the arms paired by seed
   # the claims' verdicts, each with what it would say with the mastery gate lifted (every seed of every side)
   "$python" scripts/ungated_claims.py --folder "$out" --claim kazemnejad2023_mean_rank \
@@ -89,7 +91,10 @@ holds() {  # whether the arm's run of seed $1, task $2, encoder $3 holds file $4
   for file in "$dir/$4" "$dir"/*/"$4"; do [ -f "$file" ] && return 0; done
   return 1
 }
-finished() { holds "$1" "$2" "$3" metrics.json; }  # the run of this arm has finished
+finished() {  # the run of this arm has finished here, or on another machine (the arm's training table records it)
+  holds "$1" "$2" "$3" metrics.json || recorded "$sweep/$2/$3/seed$1"
+}
+read_recorded "$out"
 continued_from() {  # arm schedule: resume=<the mastery arm's run> when that run has finished and this arm's run
   # has not started (no checkpoint yet; once it has one, it resumes its own), else nothing
   local mastery=$results/multirun/kazemnejad_matched/$2/$3/seed$1

@@ -45,15 +45,17 @@ subdir_of() { [ "$1" = randomized ] && echo encoder.max_position=2048 || echo ""
 finished() {  # arm, seed, encoder: whether that run wrote its metrics.json
   local dir=$results/multirun/ruoss_recipe/$1/reverse/$3/seed$2 sub
   sub=$(subdir_of "$3")
-  [ -f "$dir${sub:+/$sub}/metrics.json" ]
+  [ -f "$dir${sub:+/$sub}/metrics.json" ] || recorded "$dir${sub:+/$sub}"  # trained here, or elsewhere
 }
 tables() {
   local arm
   for arm in current paper; do
     local sweep=$results/multirun/ruoss_recipe/$arm out=$results/ruoss_recipe/$arm
     [ -n "$(find "$sweep" -name metrics.json 2>/dev/null | head -1)" ] || continue
-    "$posenc" runs --runs "$sweep" --out "$out"
-    "$posenc" compare --runs "$sweep" --out "$out" --lengths "$lengths" --include-not-learned
+    # --extend: the committed tables keep the runs trained on other machines (scripts/train_or_list.sh)
+    "$posenc" runs --extend --runs "$sweep" --out "$out"
+    # shellcheck disable=SC2046  # extend_of gives one word or none
+    "$posenc" compare --runs "$sweep" --out "$out" $(extend_of "$out") --lengths "$lengths" --include-not-learned
   done
   local folders=()
   for arm in current paper; do
@@ -62,6 +64,7 @@ tables() {
   [ ${#folders[@]} -eq 0 ] || "$python" scripts/ungated_claims.py "${folders[@]}" --claim ruoss2023_reverse \
     --out "$results/ruoss_recipe/verdicts.md"
 }
+read_recorded "$results"/ruoss_recipe/{current,paper}
 for seed in $seeds; do  # both arms and encoders of one seed, then the next: balanced at every point
   for arm in current paper; do
     for encoder in randomized sinusoidal; do

@@ -73,6 +73,7 @@ rundir_of() {  # variant, seed: the run's folder (Hydra's override_dirname: the 
   echo "$sweep/copy/t5/seed$2/$sub"
 }
 for variant in $variants; do overrides_of "$variant" > /dev/null; done  # refuse an unknown variant up front
+read_recorded "$results/t5_gap"
 tables() {
   local runs=() variant seed
   for variant in baseline $variants; do
@@ -81,13 +82,17 @@ tables() {
     done
   done
   [ ${#runs[@]} -gt 0 ] || return 0
-  "$posenc" runs "${runs[@]}" --out "$results/t5_gap"
-  "$posenc" compare "${runs[@]}" --out "$results/t5_gap" --lengths "$lengths" --include-not-learned
+  # --extend: the committed tables keep the runs trained on other machines (scripts/train_or_list.sh)
+  "$posenc" runs --extend "${runs[@]}" --out "$results/t5_gap"
+  # shellcheck disable=SC2046  # extend_of gives one word or none
+  "$posenc" compare "${runs[@]}" --out "$results/t5_gap" $(extend_of "$results/t5_gap") --lengths "$lengths" \
+    --include-not-learned
   "$python" scripts/t5_gap.py --folder "$results/t5_gap"
 }
 for seed in $seeds; do  # the baseline and every variant of one seed, then the next: balanced at every point
   for variant in baseline $variants; do
-    if [ -f "$(rundir_of "$variant" "$seed")/metrics.json" ]; then continue; fi
+    run=$(rundir_of "$variant" "$seed")
+    if [ -f "$run/metrics.json" ] || recorded "$run"; then continue; fi  # trained here, or elsewhere
     # shellcheck disable=SC2046  # the overrides split into words on purpose
     train_or_list t5_gap "$variant seed $seed" kazemnejad_matched "$sweep" \
       seed="$seed" task=copy encoder=t5 $(overrides_of "$variant")

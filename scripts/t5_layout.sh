@@ -75,8 +75,10 @@ tables() {
       done
       [ ${#runs[@]} -gt 0 ] || continue
       local out=$results/t5_layout/$layout/$scale
-      "$posenc" runs "${runs[@]}" --out "$out"
-      "$posenc" compare "${runs[@]}" --out "$out" --up-to $((32 * $(length_of "$scale")))
+      # --extend: the committed tables keep the runs trained on other machines (scripts/train_or_list.sh)
+      "$posenc" runs --extend "${runs[@]}" --out "$out"
+      # shellcheck disable=SC2046  # extend_of gives one word or none
+      "$posenc" compare "${runs[@]}" --out "$out" $(extend_of "$out") --up-to $((32 * $(length_of "$scale")))
     done
     if [ -f "$results/t5_layout/$layout/first/comparison.csv" ] && [ -f "$results/t5_layout/$layout/second/comparison.csv" ]; then
       "$python" scripts/scale_check.py --encoders nope,t5 --out "$results/t5_layout/$layout/scale_check.md" \
@@ -84,10 +86,13 @@ tables() {
     fi
   done
 }
+# every layout's tables record the nope runs, each in both layouts' (the same runs)
+read_recorded "$results"/t5_layout/{L,half}/{first,second}
 for seed in $seeds; do  # every arm of one seed, then the next: a balanced design at every point
   for scale in first second; do
     for arm in nope L half; do
-      if [ -f "$(rundir_of "$scale" "$arm" "$seed")/metrics.json" ]; then continue; fi
+      run=$(rundir_of "$scale" "$arm" "$seed")
+      if [ -f "$run/metrics.json" ] || recorded "$run"; then continue; fi  # trained here, or elsewhere
       experiment=$(experiment_of "$scale") sweep=$results/multirun/t5_layout/$scale
       # shellcheck disable=SC2046  # the overrides split into words on purpose
       train_or_list t5_layout "$scale $arm seed $seed" "$experiment" "$sweep" \

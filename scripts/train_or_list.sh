@@ -6,6 +6,15 @@
 # root, default results).
 #
 #   train_or_list NAME LABEL EXPERIMENT SWEEP OVERRIDES...   # NAME, LABEL: what its progress lines say
+#   read_recorded OUT...        # once, before training: the runs OUT's committed training tables record
+#   recorded RUN                # whether RUN (a run folder under $results/multirun) is one of them
+#   extend_of OUT               # "--extend" where OUT holds a comparison: for posenc compare
+#
+# Run folders are git-ignored and stay on the machine that trained them; the tables are committed. A run that
+# another session trained on another machine is recorded, so it is not trained again, and the tables extend
+# the committed ones (posenc runs --extend, posenc compare --extend) instead of being rewritten from the run
+# folders this machine holds. (Taking a run out of a record, e.g. a superseded build, is therefore a deliberate
+# step: posenc runs/compare without --extend on a machine holding every run that stays.)
 posenc=${POSENC:-$(command -v posenc || echo .venv/bin/posenc)}
 python=${PYTHON:-$(dirname "$posenc")/python}
 results=${RESULTS:-results}
@@ -19,3 +28,17 @@ train_or_list() {
     hydra/launcher=basic progress=false || echo "$name: $label failed; going on with the next run" >&2
   echo "$name: $label: training $(($(date +%s) - start)) s" >&2
 }
+recorded_runs=""
+read_recorded() {  # (standard library only: any python3 where posenc's interpreter is not named; an
+  # unreadable table stops the script here, before it could train a recorded run again)
+  local interpreter=$python
+  [ -x "$interpreter" ] || interpreter=python3
+  recorded_runs=$("$interpreter" scripts/recorded_runs.py "$@")
+}
+recorded() {  # RUN: recorded as it is, or with one override folder below it (Hydra's override_dirname)
+  local tail=${1#"$results"/}
+  [ -n "$recorded_runs" ] || return 1
+  printf '%s\n' "$recorded_runs" | awk -v run="$tail" '$0 == run || index($0, run "/") == 1 { found = 1 }
+    END { exit !found }'
+}
+extend_of() { if [ -f "$1/comparison.parquet" ]; then echo --extend; fi; }
