@@ -29,6 +29,7 @@ import pandas as pd
 
 from posenc.analysis.pipeline import compared_run_ids
 from posenc.analysis.stats import t_quantile
+from posenc.files import atomic_write, atomic_write_text
 
 TRAIN_LENGTH = 43
 TEST = tuple(range(44, 83, 2))  # 21..40 symbols
@@ -137,11 +138,9 @@ def paired(mastery: pd.DataFrame, other: pd.DataFrame, arm: str = "schedule") ->
 
 def figure(seeds: pd.DataFrame, path: Path, title: str) -> None:
     """Every seed's test-range exact match, per task and encoder (a dot per seed, hollow: not learned)."""
-    import matplotlib
+    from posenc.analysis.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()  # Agg, and fixed SVG ids
     tasks = sorted(seeds["task"].unique())
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False, sharey=True)
     for ax, task in zip(axes[0], tasks):
@@ -171,8 +170,11 @@ def figure(seeds: pd.DataFrame, path: Path, title: str) -> None:
     rows = 1 if len(tasks) > 1 else 2  # one panel is too narrow for the key on one line
     fig.legend(handles=key, loc="lower center", ncol=len(key) // rows, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.08 * rows, 1, 1))  # room for the key below the panels
-    for suffix in (".png", ".svg"):
-        fig.savefig(path.with_suffix(suffix), dpi=120)
+    for suffix in (".png", ".svg"):  # atomically: two arms' workers may write these at once (as below)
+        metadata = {"Date": None} if suffix == ".svg" else None  # the same seeds give the same file
+        atomic_write(
+            path.with_suffix(suffix), lambda f, k=suffix[1:], m=metadata: fig.savefig(f, format=k, dpi=120, metadata=m)
+        )
     plt.close(fig)
 
 
@@ -202,25 +204,28 @@ def main() -> None:
         if seeds.empty:
             continue
         found[arm] = seeds
-        seeds.to_csv(args.root / arm / "seeds.csv", index=False)
-        (args.root / arm / "seeds.md").write_text(f"# Every seed, arm {arm}\n\n" + markdown(seeds))
+        # every file atomically: kazemnejad.sh's workers for two arms rewrite them all, and commit, at any time
+        atomic_write_text(args.root / arm / "seeds.csv", seeds.to_csv(index=False))
+        atomic_write_text(args.root / arm / "seeds.md", f"# Every seed, arm {arm}\n\n" + markdown(seeds))
         spread = distribution(seeds)
-        (args.root / arm / "distribution.md").write_text(
+        atomic_write_text(
+            args.root / arm / "distribution.md",
             f"# Exact match over 21-40 symbols across seeds, arm {arm}\n\n"
             f"Per seed: the mean over lengths {TEST[0]}, {TEST[1]}, ..., {TEST[-1]} (one per symbol count); "
             f"share>=x: the share of seeds at or above x; beyond_mean: 60 and 80 symbols. Source: "
             f"extrapolation.csv here, the runs comparison.csv covers; scripts/kazemnejad_seeds.py.\n\n"
-            + markdown(spread)
+            + markdown(spread),
         )
         figure(seeds, args.root / arm / "seeds", f"Kazemnejad matched, arm {arm}: every seed")
         print(f"wrote {args.root / arm}/seeds.csv, seeds.md, distribution.md, seeds.png/svg")
     for arm, (name, title, what) in PAIRED.items():
         if "mastery" in found and arm in found:
-            (args.root / name).write_text(
+            atomic_write_text(
+                args.root / name,
                 f"# {title}\n\n{what}, exact match over 21-40 symbols, over the seeds both arms have (every "
                 "seed, learned or not; learned_*: how many of them learned in each arm); low/high: Student-t 95% "
                 "interval of the mean difference. Source: scripts/kazemnejad_seeds.py.\n\n"
-                + markdown(paired(found["mastery"], found[arm], arm))
+                + markdown(paired(found["mastery"], found[arm], arm)),
             )
             print(f"wrote {args.root / name}")
 

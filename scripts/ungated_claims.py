@@ -25,6 +25,7 @@ from posenc.analysis.literature import CLAIMS
 from posenc.analysis.pipeline import compared_results
 from posenc.analysis.report import with_ungated
 from posenc.errors import PosencError
+from posenc.files import atomic_write_text
 
 
 def verdict_lines(folder: Path, keys: list[str]) -> list[str]:
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except PosencError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    args.out.write_text("\n".join(parts))
+    atomic_write_text(args.out, "\n".join(parts))  # a commit by another arm's worker never reads half of it
     print(f"wrote {args.out}")
     return 0
 

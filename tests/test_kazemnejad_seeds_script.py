@@ -117,3 +117,13 @@ def test_a_run_that_left_the_comparison_is_not_among_the_seeds(tmp_path):
     seeds = script.per_seed(script.compared_rows(tmp_path))
     assert list(seeds["seed"]) == [0, 1, 2]
     assert seeds["test_exact_match"].tolist() == pytest.approx([0.2, 0.3, 0.4])
+
+
+def test_the_seed_figure_is_the_same_file_for_the_same_seeds(tmp_path):
+    """No creation date and fixed SVG ids: a retabulation that adds no seed changes no committed figure."""
+    script, table = _rows(0.2)
+    for name in ("a", "b"):
+        script.figure(script.per_seed(table), tmp_path / name, "every seed")
+    for suffix in (".svg", ".png"):
+        assert (tmp_path / "a").with_suffix(suffix).read_bytes() == (tmp_path / "b").with_suffix(suffix).read_bytes()
+    assert not list(tmp_path.glob(".*.tmp"))  # written atomically, nothing left beside
