@@ -35,15 +35,18 @@ def from_runs_folder(run: str) -> str:
 
 
 def recorded_runs(folder: Path) -> list[str]:
-    """The ``run`` column of ``folder``'s ``training.csv``, each from ``multirun`` on ([] without a table)."""
+    """The finished runs of ``folder``'s ``training.csv``, each from ``multirun`` on ([] without a table). A
+    row without ``steps`` is of a run that had not finished when the table was written (``posenc runs`` lists
+    it, every cell but its run empty): it is to be trained, or resumed where its folder is."""
     table = folder / "training.csv"
     if not table.is_file():
         return []
     with table.open(newline="") as handle:
         rows = csv.DictReader(handle)
-        if rows.fieldnames is None or "run" not in rows.fieldnames:
-            raise ValueError(f"{table} has no run column")
-        return [from_runs_folder(row["run"]) for row in rows if row["run"]]
+        missing = [name for name in ("run", "steps") if name not in (rows.fieldnames or ())]
+        if missing:
+            raise ValueError(f"{table} has no {' or '.join(missing)} column: not a posenc training table")
+        return [from_runs_folder(row["run"]) for row in rows if row["run"] and row["steps"]]
 
 
 def main(argv: list[str] | None = None) -> int:

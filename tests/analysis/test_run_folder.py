@@ -67,3 +67,26 @@ def test_extending_a_training_table_written_before_a_column_existed(tmp_path):
     new = pd.DataFrame({"run": ["b"], "encoder": ["mine"], "seed": [1], "heldout_loss_fall": [0.5]})
     merged = extend_training_table(tmp_path, new)
     assert list(merged["run"]) == ["a", "b"] and merged["heldout_loss_fall"].isna().tolist() == [True, False]
+
+
+def test_a_training_table_listing_an_unfinished_run_is_read_back_and_extended(tmp_path):
+    """`posenc runs --out` lists a run still training with every cell but its run empty (no metrics.json yet),
+    its train_length too; the same table is read back (`posenc runs --extend`), and the run, finished since,
+    takes its row; a length that is there must still be a whole number of tokens."""
+    import pandas as pd
+    import pytest
+
+    from posenc.analysis.run_folder import TRAINING_COLUMNS, extend_training_table, training_table
+    from posenc.analysis.tables import write_tables
+    from posenc.errors import PosencError
+
+    (tmp_path / "training").mkdir()
+    written = training_table([tmp_path / "training"])  # a folder without metrics.json: a run not finished
+    assert written["train_length"].isna().all() and list(written.columns) == TRAINING_COLUMNS
+    write_tables(written, tmp_path, "training")
+    finished = written.assign(encoder="rope", train_length=pd.array([43], dtype="Int64"))
+    merged = extend_training_table(tmp_path, finished)
+    assert merged["encoder"].tolist() == ["rope"] and merged["train_length"].tolist() == [43]
+    write_tables(written.assign(train_length=pd.array([0], dtype="Int64")), tmp_path, "training")
+    with pytest.raises(PosencError, match="column train_length holds 0"):
+        extend_training_table(tmp_path, finished)
