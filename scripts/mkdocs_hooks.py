@@ -24,7 +24,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 # repository folders outside docs/ that the site carries, and the files of them it takes
 CARRIED = {"results": (".md", ".png"), "examples": (".md", ".py", ".toml")}
-# a row per (run, length): up to 0.9 MB of Markdown each, a third of the build's time; the data is the .csv/.parquet
+# a row per (run, length): past 300 rows a paragraph naming the .csv/.parquet, which the site does not carry
 LEFT_OUT = {"extrapolation.md"}
 LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)((?:\s+\"[^\"]*\")?\))")
 
