@@ -19,6 +19,9 @@
 #
 #   bash scripts/t5_layout.sh                  # trains (resumably), then tables and the judgement
 #   SEEDS="0" bash scripts/t5_layout.sh        # only these seeds (default: 0 1 2)
+#   SCALES=first bash scripts/t5_layout.sh     # only these scales (default: first second): the first scale's
+#                                              # 9 runs fit one CPU session; its tables are built, the judgement
+#                                              # waits for both scales
 #   LIST=1 bash scripts/t5_layout.sh > runs.txt  # only list the unfinished runs, in order, one line of overrides
 #                                              # each: python scripts/train_parallel.py --from runs.txt trains
 #                                              # them many at once on a GPU (then run this script to tabulate)
@@ -42,6 +45,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/train_or_list.sh
 source scripts/train_or_list.sh  # also posenc, python and results, from the environment
 seeds=${SEEDS:-0 1 2}
+scales=${SCALES:-first second}
 export OMP_NUM_THREADS=1  # one core: the machine is shared; results are recorded at one thread
 experiment_of() { case "$1" in first) echo length_generalization ;; second) echo scale_copy ;; esac; }
 length_of() { case "$1" in first) echo 32 ;; second) echo 64 ;; esac; }
@@ -89,7 +93,7 @@ tables() {
 # every layout's tables record the nope runs, each in both layouts' (the same runs)
 read_recorded "$results"/t5_layout/{L,half}/{first,second}
 for seed in $seeds; do  # every arm of one seed, then the next: a balanced design at every point
-  for scale in first second; do
+  for scale in $scales; do
     for arm in nope L half; do
       run=$(rundir_of "$scale" "$arm" "$seed")
       if [ -f "$run/metrics.json" ] || recorded "$run"; then continue; fi  # trained here, or elsewhere

@@ -15,10 +15,11 @@ def listed(results: Path, **env: str) -> list[str]:
     return listed_runs(SCRIPT, results, **env)
 
 
-def expected(results: Path, seeds=(0, 1, 2)) -> list[str]:
+def expected(results: Path, seeds=(0, 1, 2), scales=tuple(SCALES)) -> list[str]:
     lines = []
     for seed in seeds:
-        for scale, (experiment, length) in SCALES.items():
+        for scale in scales:
+            experiment, length = SCALES[scale]
             head = f"experiment={experiment} hydra.sweep.dir={results}/multirun/t5_layout/{scale} seed={seed} task=copy"
             lines.append(f"{head} encoder=nope")
             for n in (length, length // 2):  # layout L, then layout half
@@ -35,6 +36,7 @@ def test_list_prints_every_run_seed_by_seed(tmp_path):
     lines = listed(tmp_path)
     assert len(lines) == 18 and lines == expected(tmp_path)
     assert listed(tmp_path, SEEDS="1") == expected(tmp_path, seeds=(1,))
+    assert listed(tmp_path, SCALES="first") == expected(tmp_path, scales=("first",))
 
 
 @pytest.mark.integration
