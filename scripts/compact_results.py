@@ -1,6 +1,7 @@
 """Rewrite result folders' tables in the encoding posenc writes now, losslessly, so that tables written by an
-older posenc take the space new ones take (posenc.analysis.tables: Parquet floats byte-stream split at zstd
-level 9; a Markdown view longer than MARKDOWN_MAX_ROWS rows replaced by a paragraph naming the table's files).
+older posenc take the space new ones take (posenc.analysis.tables.to_parquet: zstd level 9, floats with many
+distinct values byte-stream split, those with few dictionary-encoded, integers plain; a Markdown view longer
+than MARKDOWN_MAX_ROWS rows replaced by a paragraph naming the table's files).
 
     python scripts/compact_results.py              # every folder under results/ holding a table
     python scripts/compact_results.py results/lm   # these folders only

@@ -152,21 +152,36 @@ def markdown_view(table: pd.DataFrame, stem: str, summary: bool = False) -> str:
     )
 
 
+# A float column holding at most one distinct value per this many rows is dictionary-encoded (see to_parquet)
+DICTIONARY_ROWS_PER_VALUE = 8
+
+
 def to_parquet(frame: pd.DataFrame, f) -> None:
     """Write ``frame`` as Parquet to the binary file ``f``, losslessly, every column's dtype kept.
 
-    Float columns are stored byte-stream split (each value's bytes grouped by significance, so that zstd finds
-    the repeated exponents; no dictionary), the others dictionary-encoded: together with zstd level 9 about a
-    sixth smaller than zstd alone on the committed per-sequence tables (their losses are most of the bytes)."""
-    floats = [str(c) for c in frame.columns if frame[c].dtype.kind == "f"]
+    A float column with many distinct values (a per-sequence loss) is stored byte-stream split (each value's
+    bytes grouped by significance, so that zstd finds the repeated exponents); one with few (exact match 0/1,
+    token accuracy k/n, a depth), at most one per :data:`DICTIONARY_ROWS_PER_VALUE` rows, is dictionary-encoded,
+    as are text and flag columns. Integer columns are stored plain: zstd finds their runs and cycles (a length
+    repeated per sequence, a sequence index 0..n-1) better than in dictionary indices. With zstd level 9, on the
+    committed per-sequence and position tables (2026-12-04): 22.1 MiB, against 26.2 MiB byte-stream splitting
+    every float column and dictionary-encoding the rest (the earlier encoding)."""
+    kinds = {str(c): frame[c].dtype.kind for c in frame.columns}
+    split = [str(c) for c in frame.columns if kinds[str(c)] == "f" and not _few_values(frame[c])]
+    plain = [c for c, kind in kinds.items() if kind in "iu"]
     frame.to_parquet(
         f,
         index=False,
         compression="zstd",
         compression_level=PARQUET_ZSTD_LEVEL,
-        use_byte_stream_split=floats or False,
-        use_dictionary=[str(c) for c in frame.columns if str(c) not in floats],
+        use_byte_stream_split=split or False,
+        use_dictionary=[c for c in kinds if c not in split and c not in plain],
     )
+
+
+def _few_values(column: pd.Series) -> bool:
+    """Whether ``column`` holds at most one distinct value (NaN counted as one) per DICTIONARY_ROWS_PER_VALUE rows."""
+    return column.nunique(dropna=False) * DICTIONARY_ROWS_PER_VALUE <= len(column)
 
 
 def write_tables(
