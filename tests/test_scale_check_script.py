@@ -1,5 +1,8 @@
 """scripts/scale_check.py: each pairwise ordering judged at two scales, and every outcome it can give."""
 
+from pathlib import Path
+
+import pandas as pd
 import pytest
 from conftest import load_script
 from fake_results import config_of, fake_run, results_of
@@ -65,3 +68,11 @@ def test_pair_table_says_holds_and_reverses_from_real_comparison_folders(tmp_pat
 def test_bad_task_spec_is_one_line_and_exit_2(tmp_path, capsys):
     assert _script().main(["--task", "copy=onlyone"]) == 2
     assert capsys.readouterr().err.startswith("error: --task copy=onlyone")
+
+
+@pytest.mark.parametrize("by", [None, "bash scripts/t5_layout.sh"])
+def test_report_names_the_command_that_ran_it(by):
+    table = pd.DataFrame([{"task": "copy", "metric": "exact match", "outcome": "holds"}])
+    sources = {"copy": (Path("first"), Path("second"))}
+    text = _script().markdown({"copy": table}, sources, *([by] if by else []))
+    assert f"(run by `{by or 'bash scripts/scale.sh'}`)" in text
