@@ -97,9 +97,10 @@ def pair_table(first: Path, second: Path, task: str, encoders: list[str]) -> pd.
     return pd.DataFrame(rows)
 
 
-def markdown(
-    tables: dict[str, pd.DataFrame], sources: dict[str, tuple[Path, Path]], by: str = "bash scripts/scale.sh"
-) -> str:
+RUN_BY = "bash scripts/scale.sh"  # the report's provenance unless --by names another (t5_layout.sh)
+
+
+def markdown(tables: dict[str, pd.DataFrame], sources: dict[str, tuple[Path, Path]], by: str = RUN_BY) -> str:
     """The report; ``by`` names the command that ran this script (its provenance line)."""
     parts = [
         "# Scale check: do the pairwise orderings hold at twice the length and width?\n",
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--encoders", default="nope,t5,alibi,rope,sinusoidal")
     parser.add_argument("--out", type=Path, default=None)
     # the report names what regenerates it: scale.sh and t5_layout.sh both run this script
-    parser.add_argument("--by", default="bash scripts/scale.sh", help="the command that runs this script")
+    parser.add_argument("--by", default=RUN_BY, help="the command that runs this script")
     args = parser.parse_args(argv)
     try:
         sources = {}

@@ -85,8 +85,8 @@ tables() {
       "$posenc" compare "${runs[@]}" --out "$out" $(extend_of "$out") --up-to $((32 * $(length_of "$scale")))
     done
     if [ -f "$results/t5_layout/$layout/first/comparison.csv" ] && [ -f "$results/t5_layout/$layout/second/comparison.csv" ]; then
-      "$python" scripts/scale_check.py --encoders nope,t5 --by "bash scripts/t5_layout.sh" --out "$results/t5_layout/$layout/scale_check.md" \
-        --task "copy=$results/t5_layout/$layout/first:$results/t5_layout/$layout/second"
+      "$python" scripts/scale_check.py --encoders nope,t5 --by "bash scripts/t5_layout.sh" \
+        --out "$results/t5_layout/$layout/scale_check.md" --task "copy=$results/t5_layout/$layout/first:$results/t5_layout/$layout/second"
     fi
   done
 }
