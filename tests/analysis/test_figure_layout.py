@@ -26,7 +26,8 @@ from posenc.analysis.report import render, same_report
 from posenc.analysis.store import Results, run_identity
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
-COMMITTED = sorted(p.parent for p in RESULTS.glob("*/comparison.parquet"))
+# every depth: an experiment with arms keeps one comparison per arm (results/kazemnejad/long, results/t5_layout/L/first)
+COMMITTED = sorted(p.parent for p in RESULTS.rglob("comparison.parquet"))
 LONGEST_NAME = plots.SHORT_NAME + len(" (not converged)")  # characters: a label and its mark, at most
 PLOT_SHARE = 0.5  # of the figure's width, at least, for the axes of a one-panel figure
 
@@ -313,19 +314,18 @@ def test_length_labels_are_chosen_the_same_everywhere():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("folder", COMMITTED, ids=lambda p: p.name)
+@pytest.mark.parametrize("folder", COMMITTED, ids=lambda p: p.relative_to(RESULTS).as_posix())
 def test_committed_comparison_regenerates_identically_and_its_figures_fit(drawn, folder, tmp_path):
     """Every committed comparison, redrawn from its committed tables alone as `posenc report` does: its
     report.md is the committed one but for the line saying when it was made (a report the code no longer
     produces fails), and every figure fits. One regeneration serves both checks: each redraws every figure
     of every committed folder, the costliest step of the suite (tests/test_committed_reports.py)."""
+    name = folder.relative_to(RESULTS).as_posix()
     copy = tmp_path / folder.name
     shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("*.png", "*.svg"))
-    regenerate(copy, f"posenc report results/{folder.name}")
+    regenerate(copy, f"posenc report results/{name}")
     committed, fresh = (folder / REPORT).read_text(), (copy / REPORT).read_text()
-    assert same_report(committed, fresh), (
-        f"results/{folder.name}/report.md is stale: run `posenc report results/{folder.name}`"
-    )
+    assert same_report(committed, fresh), f"results/{name}/report.md is stale: run `posenc report results/{name}`"
     assert drawn
     found = {fig.get_label(): problems(fig) for fig in drawn}
     assert not any(found.values()), {k: v for k, v in found.items() if v}
