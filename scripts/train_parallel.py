@@ -51,8 +51,9 @@ def command(posenc: str, overrides: list[str]) -> list[str]:
     return [posenc, "train", "-m", *overrides, "progress=false", "train.compile=false"]
 
 
-STEP = re.compile(r"\bstep (\d+)")
-RESUMED = re.compile(r"\bfrom step (\d+)")
+# \s+, not a space: a log written to a file wraps at 80 columns, which can put the number on the next line
+STEP = re.compile(r"\bstep\s+(\d+)")
+RESUMED = re.compile(r"\bfrom\s+step\s+(\d+)")
 
 
 def steps_trained(log: str) -> int:

@@ -38,6 +38,11 @@ def test_steps_trained_reads_the_last_step_less_the_resumed_one():
         )
         == 33
     )
+    wrapped = (  # as a log file holds it: wrapped at 80 columns, the resumed step on a line of its own
+        "INFO     resuming\n                             /copy/seed10/train.steps=40000 from step\n"
+        "                             13090\nINFO     step 13800  held-out exact match 0.9902\n"
+    )
+    assert train_parallel.steps_trained(wrapped) == 710
     assert train_parallel.steps_trained("r is finished (step 300); not retraining\n") == 0
     assert train_parallel.steps_trained("training rope on copy (length 64), 10000 steps\n") == 0
 
