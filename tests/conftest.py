@@ -22,6 +22,14 @@ TINY = [
 # run is learned at its first check, step 2 of its 4: evaluated past its training length like a learned run.
 LEARNS = ["train.check_every=2"]
 HERE = Path(__file__).resolve().parent
+RESULTS = HERE.parent / "results"  # the committed results, read by the tests that check them
+
+
+def committed(table: str) -> list[Path]:
+    """Every committed file named ``table`` under results/, at every depth: an experiment with arms keeps one
+    comparison per arm (results/kazemnejad/long, results/t5_layout/L/first), and a glob one level deep missed
+    them."""
+    return sorted(RESULTS.rglob(table))
 
 
 def compose_dict(overrides: list[str] | None = None) -> dict:

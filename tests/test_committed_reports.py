@@ -3,12 +3,11 @@ alone, identical to the committed report.md but for the line saying when it was 
 figures' layout, from one regeneration per folder (tests/analysis/test_figure_layout.py): redrawing every
 committed figure is the costliest step of the suite, and two tests each redrawing them all doubled it."""
 
-from pathlib import Path
+from conftest import committed
 
 from posenc.analysis.pipeline import REPORT
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
-COMMITTED = sorted(p.parent for p in RESULTS.rglob("comparison.parquet"))  # every depth: one per arm
+COMMITTED = [table.parent for table in committed("comparison.parquet")]
 
 
 def test_there_are_committed_reports():

@@ -12,11 +12,11 @@ import math
 import re
 import shutil
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import RESULTS, committed
 from fake_results import config_of, fake_run, results_of
 
 from posenc.analysis import plots
@@ -25,9 +25,7 @@ from posenc.analysis.pipeline import REPORT, regenerate, select
 from posenc.analysis.report import render, same_report
 from posenc.analysis.store import Results, run_identity
 
-RESULTS = Path(__file__).resolve().parents[2] / "results"
-# every depth: an experiment with arms keeps one comparison per arm (results/kazemnejad/long, results/t5_layout/L/first)
-COMMITTED = sorted(p.parent for p in RESULTS.rglob("comparison.parquet"))
+COMMITTED = [table.parent for table in committed("comparison.parquet")]
 LONGEST_NAME = plots.SHORT_NAME + len(" (not converged)")  # characters: a label and its mark, at most
 PLOT_SHARE = 0.5  # of the figure's width, at least, for the axes of a one-panel figure
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import compose_dict, tiny_config, tiny_dict
+from conftest import committed, compose_dict, tiny_config, tiny_dict
 
 from posenc.analysis.store import run_identity
 from posenc.encoders import build_encoder
@@ -229,7 +229,7 @@ def test_identity_ignores_the_default_mixer_so_earlier_runs_keep_their_ids():
 def test_every_committed_run_id_is_what_its_config_gives_with_the_default_mixer():
     """The committed tables' run_id and config_id, recomputed from each run's configuration with
     model.mixer=attention added where it has none, as training writes it now."""
-    tables = sorted((Path(__file__).parents[2] / "results").rglob("extrapolation.parquet"))
+    tables = committed("extrapolation.parquet")
     assert tables
     checked = 0
     for table in tables:
