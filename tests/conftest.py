@@ -32,6 +32,9 @@ def committed(table: str) -> list[Path]:
     return sorted(RESULTS.rglob(table))
 
 
+COMMITTED_COMPARISONS = [table.parent for table in committed("comparison.parquet")]  # one folder per comparison
+
+
 def compose_dict(overrides: list[str] | None = None) -> dict:
     """The job config Hydra composes for ``posenc train OVERRIDES``, as a plain mapping."""
     from omegaconf import OmegaConf

@@ -3,11 +3,9 @@ alone, identical to the committed report.md but for the line saying when it was 
 figures' layout, from one regeneration per folder (tests/analysis/test_figure_layout.py): redrawing every
 committed figure is the costliest step of the suite, and two tests each redrawing them all doubled it."""
 
-from conftest import committed
+from conftest import COMMITTED_COMPARISONS as COMMITTED
 
 from posenc.analysis.pipeline import REPORT
-
-COMMITTED = [table.parent for table in committed("comparison.parquet")]
 
 
 def test_there_are_committed_reports():

@@ -16,7 +16,8 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import RESULTS, committed
+from conftest import COMMITTED_COMPARISONS as COMMITTED
+from conftest import RESULTS
 from fake_results import config_of, fake_run, results_of
 
 from posenc.analysis import plots
@@ -25,7 +26,6 @@ from posenc.analysis.pipeline import REPORT, regenerate, select
 from posenc.analysis.report import render, same_report
 from posenc.analysis.store import Results, run_identity
 
-COMMITTED = [table.parent for table in committed("comparison.parquet")]
 LONGEST_NAME = plots.SHORT_NAME + len(" (not converged)")  # characters: a label and its mark, at most
 PLOT_SHARE = 0.5  # of the figure's width, at least, for the axes of a one-panel figure
 
