@@ -30,8 +30,11 @@ METRICS_FILE = "metrics.json"  # final in-distribution metrics of training
 HISTORY_FILE = "history.csv"  # training curve
 LOG_FILE = "train.log"
 TRACKING_FILE = "tracking.json"  # posenc.running.tracking's: the tracked run's id, so that a resumed run logs into it
+# A run trained on past mastery (train.stop_at_mastery=false): its training state at the first check that met the
+# criterion, i.e. the checkpoint the same run stopping at mastery ends with (resume=PATH starts that run from it)
+MASTERY_FILE = "mastery.pt"
 # The files `posenc train` writes into a run folder (train.log is Hydra's, appended to by every start).
-RUN_FILES = (CONFIG_FILE, OVERRIDES_FILE, CHECKPOINT_FILE, METRICS_FILE, HISTORY_FILE, TRACKING_FILE)
+RUN_FILES = (CONFIG_FILE, OVERRIDES_FILE, CHECKPOINT_FILE, METRICS_FILE, HISTORY_FILE, TRACKING_FILE, MASTERY_FILE)
 TRAIN_LOCK = ".train.posenc-lock"  # held by the one `posenc train` writing the folder (fcntl.flock)
 TEMP_MARK = "posenc-tmp"  # in the name of every temporary file of an atomic write: .<name>.posenc-tmp-XXXX.tmp
 

@@ -7,17 +7,18 @@
 # symbols). A partial run is a balanced design at every seed.
 #
 #   bash scripts/kazemnejad.sh                 # arm "mastery": each run stops at held-out exact match >= 0.99
-#   ARM=schedule bash scripts/kazemnejad.sh    # arm "schedule": the same runs over the whole 10000-step schedule;
-#                                              # each continues its finished mastery-arm run from its stop
-#                                              # (resume=PATH: what the run started afresh would train, bit for
-#                                              # bit; tests/running/test_train.py), else starts afresh
+#   ARM=schedule bash scripts/kazemnejad.sh    # arm "schedule": runs over the whole 10000-step schedule, each
+#                                              # saving its state at its first check >= 0.99 (mastery.pt); its
+#                                              # twin, the same run stopped there (resume=<run>/mastery.pt:
+#                                              # bit for bit the run stopping at mastery, tests/running/
+#                                              # test_train.py), is arm "schedule_at_mastery": paired by run
 #   ARM=long bash scripts/kazemnejad.sh        # arm "long": the paper's 40000 steps (its batch 64 is posenc's),
 #                                              # each run stopping at mastery (why: conf/experiment/kazemnejad_matched.yaml)
-#   SEEDS="0 1 2" bash scripts/kazemnejad.sh   # only these seeds (default: 0 .. 14)
+#   SEEDS="0 1 2" bash scripts/kazemnejad.sh   # only these seeds (default: 0 .. 14; arm schedule 0 .. 9)
 #   LIST=1 bash scripts/kazemnejad.sh > runs.txt   # only list the unfinished runs, in order, one line of
 #                                              # overrides each: python scripts/train_parallel.py --from runs.txt
-#                                              # trains them many at once on a GPU (then run this script to tabulate;
-#                                              # schedule runs start afresh there: the device has no checkpoints)
+#                                              # trains them many at once on a GPU (then run this script to
+#                                              # tabulate, and to stop each schedule run at its mastery.pt)
 #   TABLES_ONLY=1 bash scripts/kazemnejad.sh   # only tabulate what is trained (after stopping it, or unpacking
 #                                              # runs from a device): trains nothing
 #   COMMIT=1 bash scripts/kazemnejad.sh        # also commit results/kazemnejad every 25 min and after each seed
@@ -25,8 +26,8 @@
 #
 # Runs: results/multirun/kazemnejad_matched[_schedule|_long]/ (git-ignored; checkpoints every 250 steps).
 # Tables, figures and report.md: results/kazemnejad/<arm>/; every seed's outcome (seeds.*, distribution.md)
-# and, paired by seed with the mastery arm, results/kazemnejad/stopping_rule.md (schedule) and budget.md
-# (long) (scripts/kazemnejad_seeds.py).
+# and, paired by seed, results/kazemnejad/stopping_rule.md (schedule minus schedule_at_mastery, the same runs)
+# and budget.md (long minus mastery) (scripts/kazemnejad_seeds.py).
 # Running it again skips finished runs, resumes a killed one from its checkpoint and evaluates nothing already
 # evaluated, so it can be stopped at any point (kill its process group) and started again, by any session, with
 # the same command. On another machine, where the run folders are not, the runs the arm's committed training.csv
@@ -34,14 +35,16 @@
 # Environment: POSENC (the posenc command), PYTHON (its interpreter), RESULTS (the results root, default
 # results; a symlink lets a copy of the code elsewhere keep its runs and tables in this checkout's results/).
 # Timing (one thread of a shared 2-core CPU, 2026-11): about 6 s per 100 steps at these lengths; a mastery run
-# 3-10 min, a schedule run 10 min plus evaluation (less the steps its mastery run trained, when it continues
-# one); the mastery arm about 10-17 h for 150 runs.
+# 3-10 min, a schedule run 12-13 min plus evaluation; the mastery arm about 10-17 h for 150 runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/train_or_list.sh
 source scripts/train_or_list.sh  # posenc, python and results, from the environment; recorded, extend_of
 arm=${ARM:-mastery}
-seeds=${SEEDS:-$(seq 0 14)}
+last_seed=14  # the 15 seeds the experiment registered; the schedule arm's 10 (0-9, registered 2026-12-08)
+if [ "$arm" = schedule ]; then last_seed=9; fi
+seeds=${SEEDS:-$(seq 0 "$last_seed")}
+at_mastery=$results/multirun/kazemnejad_matched_schedule_at_mastery  # arm schedule: each run stopped at mastery
 case "$arm" in
   mastery) extra=() ; sweep=$results/multirun/kazemnejad_matched ;;
   schedule) extra=(train.stop_at_mastery=false) ; sweep=$results/multirun/kazemnejad_matched_schedule ;;
@@ -54,7 +57,8 @@ protocol_note="Protocol: conf/experiment/kazemnejad_matched.yaml. Since 2026-11-
 RoPE (a quarter of each head rotated) are built as the paper's code builds them; the runs trained before that \
 left this record (results/kazemnejad/README.md)."
 export OMP_NUM_THREADS=1  # one core: the machine is shared; results are recorded at one thread
-tables() {  # tabulate and evaluate what is trained (only what is new is evaluated)
+tabulate() {  # SWEEP OUT: tabulate and evaluate what is trained (only what is new is evaluated)
+  local sweep=$1 out=$2
   # --extend: the committed tables keep the runs trained on other machines (their folders are not here)
   "$posenc" runs --extend --runs "$sweep" --out "$out"
   # every run at every length, not-learned ones too (marked): every seed's outcome is wanted (seeds.md), and
@@ -63,10 +67,35 @@ tables() {  # tabulate and evaluate what is trained (only what is new is evaluat
   # configuration learned by quorum on its learned seeds alone past the training length.
   # shellcheck disable=SC2046  # extend_of gives one word or none
   "$posenc" compare --runs "$sweep" --out "$out" $(extend_of "$out") --lengths "$lengths" --include-not-learned
-  "$python" scripts/kazemnejad_seeds.py --root "$results/kazemnejad"  # every seed; the arms paired by seed
   # the claims' verdicts, each with what it would say with the mastery gate lifted (every seed of every side)
   "$python" scripts/ungated_claims.py --folder "$out" --claim kazemnejad2023_mean_rank \
     --claim kazemnejad2023_copy --claim kazemnejad2023_reverse --out "$out/verdicts.md" --note "$protocol_note"
+}
+stop_at_mastery() {  # arm schedule: each finished run here, stopped at its first check that met the target, into
+  # $at_mastery (once): resume=<run>/mastery.pt with train.stop_at_mastery true trains nothing and ends as the run
+  # stopping at mastery ends; a run that never met it is its own stopped twin (resume=<run>, its whole schedule)
+  local metrics run rest task encoder seed source
+  find "$sweep" -name metrics.json -path '*/seed*/*' | sort | while read -r metrics; do
+    run=$(dirname "$metrics")
+    rest=${run#"$sweep"/}  # <task>/<encoder>/seed<N>/<override folder>
+    task=${rest%%/*}; rest=${rest#*/}; encoder=${rest%%/*}; rest=${rest#*/}; seed=${rest%%/*}; seed=${seed#seed}
+    [ ! -f "$at_mastery/$task/$encoder/seed$seed/metrics.json" ] || continue
+    source=$run
+    if [ -f "$run/mastery.pt" ]; then source=$run/mastery.pt; fi
+    # a run that met the target without leaving mastery.pt (trained before 2026-12-08) is refused in one line
+    "$posenc" train -m experiment=kazemnejad_matched "paths.results=$results" "hydra.sweep.dir=$at_mastery" \
+      hydra/launcher=basic progress=false "seed=$seed" "task=$task" "encoder=$encoder" "resume=$source" ||
+      echo "kazemnejad: $run could not be stopped at its mastery; it stays unpaired" >&2
+  done
+}
+tables() {  # the arm's tables, its runs stopped at mastery beside (arm schedule), every seed, the arms paired
+  tabulate "$sweep" "$out"
+  if [ "$arm" = schedule ]; then
+    stop_at_mastery
+    [ -z "$(find "$at_mastery" -name metrics.json 2>/dev/null | head -1)" ] ||
+      tabulate "$at_mastery" "$results/kazemnejad/schedule_at_mastery"
+  fi
+  "$python" scripts/kazemnejad_seeds.py --root "$results/kazemnejad"  # every seed; the arms paired by seed
 }
 committed=$(date +%s)
 # what ran where (the run folders, which hold it, stay on the machine): named in every commit of the tables
@@ -99,12 +128,6 @@ finished() {  # the run of this arm has finished here, or on another machine (th
   holds "$1" "$2" "$3" metrics.json || recorded "$sweep/$2/$3/seed$1"
 }
 read_recorded "$out"
-continued_from() {  # arm schedule: resume=<the mastery arm's run> when that run has finished and this arm's run
-  # has not started (no checkpoint yet; once it has one, it resumes its own), else nothing
-  local mastery=$results/multirun/kazemnejad_matched/$2/$3/seed$1
-  [ "$arm" = schedule ] && [ -f "$mastery/metrics.json" ] || return 0
-  holds "$1" "$2" "$3" checkpoint.pt || echo "resume=$mastery"
-}
 # runs finished before an interruption but not yet tabulated
 if [ "${LIST:-0}" != 1 ] && [ -n "$(find "$sweep" -name metrics.json 2>/dev/null | head -1)" ]; then
   tables || echo "tables failed" >&2
@@ -120,10 +143,8 @@ for seed in $seeds; do  # every encoder on both tasks for one seed, then the nex
         continue
       fi
       start=$(date +%s)
-      resume=$(continued_from "$seed" "$task" "$encoder")
       if ! "$posenc" train -m experiment=kazemnejad_matched "paths.results=$results" "hydra.sweep.dir=$sweep" \
-        hydra/launcher=basic progress=false "seed=$seed" "task=$task" "encoder=$encoder" ${extra[@]+"${extra[@]}"} \
-        ${resume:+"$resume"}
+        hydra/launcher=basic progress=false "seed=$seed" "task=$task" "encoder=$encoder" ${extra[@]+"${extra[@]}"}
       then
         echo "kazemnejad $arm $task $encoder seed $seed: training failed; going on with the next run" >&2
         continue

@@ -1,15 +1,18 @@
 """Every seed's outcome in the matched Kazemnejad experiment (conf/experiment/kazemnejad_matched.yaml), and its
 arms paired by seed: what scripts/kazemnejad.sh runs after each run.
 
-Reads ``results/kazemnejad/<arm>/extrapolation.csv`` (arms ``mastery``, ``schedule`` and ``long``, whichever exist;
+Reads ``results/kazemnejad/<arm>/extrapolation.csv`` (the arms of :data:`ARMS`, whichever exist;
 the runs the arm's comparison covers, :func:`compared_rows`) and writes, per arm, ``seeds.csv`` / ``seeds.md`` (one
 row per task, encoder and seed: learned, steps, exact match at the training length, over the paper's test range and
 beyond) and ``distribution.md`` with ``seeds.png`` / ``seeds.svg`` (per task and encoder: seeds, learned, mean, SD,
 median, min, max over seeds - the maximum for parity with papers that report it - and the share of seeds that
-generalize). Beside the mastery arm, ``results/kazemnejad/stopping_rule.md`` (schedule minus mastery: the same runs
-trained on past mastery) and ``budget.md`` (long minus mastery: 40000 steps against 10000, the same seeds,
-initialisations and data stream): on the test range, paired by seed (mean difference, Student-t 95% interval over
-the seeds both arms have, how many seeds rose, fell, tied, and how many learned in each arm).
+generalize). Paired by seed (:data:`PAIRED`): ``results/kazemnejad/stopping_rule.md`` (schedule minus
+schedule_at_mastery: each run trained over its whole schedule against the same run stopped at its first check that
+met the target, with the claims' verdicts on both sides), ``schedule_continued/stopping_rule.md`` (the first
+schedule runs, each continued from its mastery-arm run's stop, minus that run) and ``budget.md`` (long minus
+mastery: 40000 steps against 10000, the same seeds, initialisations and data stream): on the test range, mean
+difference, Student-t 95% interval over the seeds both arms have, how many seeds rose, fell, tied, and how many
+learned in each arm.
 
 Windows, in symbols n (lengths 2n + 2 with the end token, Copy.symbols_at): ``test`` n = 21..40 (lengths
 44, 46, ..., 82: the paper's test range, each n weighted equally as its test set does), ``beyond`` n = 60 and 80
@@ -35,15 +38,20 @@ TRAIN_LENGTH = 43
 TEST = tuple(range(44, 83, 2))  # 21..40 symbols
 BEYOND = (122, 162)  # 60 and 80 symbols
 GENERALIZES, FULLY = 0.5, 0.9
-ARMS = ("mastery", "schedule", "long")
-# each arm paired by seed with the mastery arm: (file, what the difference is)
+ARMS = ("mastery", "schedule", "schedule_at_mastery", "long", "schedule_continued")
+# each arm paired by seed with its base arm: (base, file, title, what the difference is)
 PAIRED = {
-    "schedule": ("stopping_rule.md", "The stopping rule, paired by seed",
-                 "Schedule (the same runs trained on over the whole 10000-step schedule) minus mastery (stopped "
-                 "at held-out exact match >= 0.99)"),
-    "long": ("budget.md", "The budget, paired by seed",
+    "schedule": ("schedule_at_mastery", "stopping_rule.md", "The stopping rule, paired by run",
+                 "Schedule (each run trained over its whole 10000-step schedule) minus schedule_at_mastery (the "
+                 "same run stopped at its first check with held-out exact match >= 0.99: its mastery.pt)"),
+    "long": ("mastery", "budget.md", "The budget, paired by seed",
              "Long (the paper's 40000 steps, stopped at mastery) minus mastery (10000 steps, stopped at mastery)"),
+    "schedule_continued": ("mastery", "schedule_continued/stopping_rule.md",
+                           "The stopping rule on the first schedule runs, paired by seed",
+                           "Schedule_continued (each mastery-arm run continued from its stop over the rest of its "
+                           "10000-step schedule, on the machine that held it) minus mastery (that run)"),
 }  # fmt: skip
+CLAIMS = ("kazemnejad2023_mean_rank", "kazemnejad2023_copy", "kazemnejad2023_reverse")  # the verdicts compared
 ENCODERS = ("nope", "t5", "alibi", "rope", "sinusoidal")  # the claim's order
 
 
@@ -101,16 +109,16 @@ def distribution(seeds: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def paired(mastery: pd.DataFrame, other: pd.DataFrame, arm: str = "schedule") -> pd.DataFrame:
-    """``arm`` minus mastery on the test range, paired by seed, per task and encoder, with the seeds that
+def paired(base: pd.DataFrame, other: pd.DataFrame, arm: str = "schedule", base_arm: str = "mastery") -> pd.DataFrame:
+    """``arm`` minus ``base_arm`` on the test range, paired by seed, per task and encoder, with the seeds that
     learned in each arm (of those paired)."""
     keys = ["task", "encoder", "seed"]
     both = (
-        mastery[keys + ["test_exact_match", "learned"]]
-        .merge(other[keys + ["test_exact_match", "learned"]], on=keys, suffixes=("_mastery", f"_{arm}"))
-        .dropna(subset=["test_exact_match_mastery", f"test_exact_match_{arm}"])
+        base[keys + ["test_exact_match", "learned"]]
+        .merge(other[keys + ["test_exact_match", "learned"]], on=keys, suffixes=(f"_{base_arm}", f"_{arm}"))
+        .dropna(subset=[f"test_exact_match_{base_arm}", f"test_exact_match_{arm}"])
     )
-    both["difference"] = both[f"test_exact_match_{arm}"] - both["test_exact_match_mastery"]
+    both["difference"] = both[f"test_exact_match_{arm}"] - both[f"test_exact_match_{base_arm}"]
     rows = []
     for (task, encoder), group in both.groupby(["task", "encoder"], observed=True):
         d = group["difference"]
@@ -121,9 +129,9 @@ def paired(mastery: pd.DataFrame, other: pd.DataFrame, arm: str = "schedule") ->
                 "task": task,
                 "encoder": encoder,
                 "seeds": n,
-                "learned_mastery": int(group["learned_mastery"].sum()),
+                f"learned_{base_arm}": int(group[f"learned_{base_arm}"].sum()),
                 f"learned_{arm}": int(group[f"learned_{arm}"].sum()),
-                "mastery": group["test_exact_match_mastery"].mean(),
+                base_arm: group[f"test_exact_match_{base_arm}"].mean(),
                 arm: group[f"test_exact_match_{arm}"].mean(),
                 "difference": d.mean(),
                 "low": d.mean() - half,
@@ -133,6 +141,27 @@ def paired(mastery: pd.DataFrame, other: pd.DataFrame, arm: str = "schedule") ->
                 "tied": int((d == 0).sum()),
             }
         )
+    return pd.DataFrame(rows)
+
+
+def verdicts(folders: dict[str, Path]) -> pd.DataFrame:
+    """Each claim of :data:`CLAIMS`, its verdict in each folder (``posenc.analysis.claims.check``, as the folder's
+    verdicts.md gives it), and whether they agree: whether the arms' difference decides the outcome."""
+    from posenc.analysis.claims import check
+    from posenc.analysis.compare import with_depth_means
+    from posenc.analysis.evidence import TableEvidence
+    from posenc.analysis.literature import CLAIMS as KNOWN
+    from posenc.analysis.pipeline import compared_results
+
+    claims = {c.key: c for c in KNOWN}
+    judged = {}  # by folder: one folder named twice is read and checked once
+    for folder in {Path(f).resolve() for f in folders.values()}:
+        evidence = TableEvidence(with_depth_means(compared_results(folder)))
+        judged[folder] = {key: check(claims[key], evidence).outcome for key in CLAIMS}
+    rows = []
+    for key in CLAIMS:
+        outcome = {arm: judged[Path(folder).resolve()][key] for arm, folder in folders.items()}
+        rows.append({"claim": key, **outcome, "same": len(set(outcome.values())) == 1})
     return pd.DataFrame(rows)
 
 
@@ -218,15 +247,21 @@ def main() -> None:
         )
         figure(seeds, args.root / arm / "seeds", f"Kazemnejad matched, arm {arm}: every seed")
         print(f"wrote {args.root / arm}/seeds.csv, seeds.md, distribution.md, seeds.png/svg")
-    for arm, (name, title, what) in PAIRED.items():
-        if "mastery" in found and arm in found:
-            atomic_write_text(
-                args.root / name,
+    for arm, (base, name, title, what) in PAIRED.items():
+        if base in found and arm in found:
+            text = (
                 f"# {title}\n\n{what}, exact match over 21-40 symbols, over the seeds both arms have (every "
                 "seed, learned or not; learned_*: how many of them learned in each arm); low/high: Student-t 95% "
                 "interval of the mean difference. Source: scripts/kazemnejad_seeds.py.\n\n"
-                + markdown(paired(found["mastery"], found[arm], arm)),
+                + markdown(paired(found[base], found[arm], arm, base))
             )
+            if arm == "schedule":  # the same runs on both sides: does the stopping rule change a verdict?
+                text += (
+                    "\n## The claims' verdicts on both sides\n\nEach arm's own verdict (its verdicts.md), on the "
+                    "same runs: where they differ, the stopping rule decides the outcome.\n\n"
+                    + markdown(verdicts({base: args.root / base, arm: args.root / arm}))
+                )
+            atomic_write_text(args.root / name, text)
             print(f"wrote {args.root / name}")
 
 

@@ -45,44 +45,53 @@ def test_matched_experiment_composes_the_papers_data_and_the_sweep():
                 assert positional.rotary_dim == 4 and positional.fraction == 0.25  # int(0.25 * head_dim 16)
 
 
-def test_the_schedule_arm_continues_each_finished_mastery_run_and_lists_fresh_ones(tmp_path):
-    """ARM=schedule trains each run on from its finished mastery-arm run's stop (resume=PATH), a run whose
-    own checkpoint exists from that checkpoint, and a run whose mastery run is unfinished afresh; its run list
-    (LIST=1, for a device that holds no mastery checkpoints) names no checkpoint."""
+def test_the_schedule_arm_trains_afresh_and_stops_each_finished_run_at_its_mastery(tmp_path):
+    """ARM=schedule trains every run afresh (a finished mastery-arm run is no starting point: its folder is on
+    the machine that trained it); its tables stop each finished run at its first check that met the target
+    (resume=<run>/mastery.pt), a run that never met it as a whole (resume=<run>), once, into arm
+    schedule_at_mastery, and tabulate that arm beside."""
     import os
     import subprocess
 
     from conftest import listed_runs
 
     results = tmp_path / "results"
-    mastery = results / "multirun" / "kazemnejad_matched"
-    for encoder in ("nope", "t5"):  # finished in the mastery arm
-        (mastery / "copy" / encoder / "seed0").mkdir(parents=True)
-        (mastery / "copy" / encoder / "seed0" / "metrics.json").write_text("{}")
-    started = results / "multirun" / "kazemnejad_matched_schedule" / "copy" / "t5" / "seed0" / "x"
-    started.mkdir(parents=True)
-    (started / "checkpoint.pt").write_bytes(b"")  # t5's schedule run has begun: it resumes its own
+    (results / "multirun" / "kazemnejad_matched" / "copy" / "nope" / "seed0").mkdir(parents=True)
+    (results / "multirun" / "kazemnejad_matched" / "copy" / "nope" / "seed0" / "metrics.json").write_text("{}")
+    sweep = results / "multirun" / "kazemnejad_matched_schedule"
+    at_mastery = results / "multirun" / "kazemnejad_matched_schedule_at_mastery"
+    runs = {e: sweep / "copy" / e / "seed0" / "train.stop_at_mastery=False" for e in ("nope", "t5", "alibi")}
+    for encoder, run in runs.items():  # finished: t5 met the target (mastery.pt), nope never did
+        run.mkdir(parents=True)
+        (run / "metrics.json").write_text("{}")
+    (runs["t5"] / "mastery.pt").write_bytes(b"")
+    (at_mastery / "copy" / "alibi" / "seed0").mkdir(parents=True)  # alibi's is stopped already
+    (at_mastery / "copy" / "alibi" / "seed0" / "metrics.json").write_text("{}")
     log = tmp_path / "calls.txt"
     fake = tmp_path / "posenc"
     fake.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> {log}\n')
     fake.chmod(0o755)
-    env = {**os.environ, "ARM": "schedule", "SEEDS": "0", "RESULTS": str(results), "POSENC": str(fake)}
-    done = subprocess.run(["bash", "scripts/kazemnejad.sh"], env={**env, "PYTHON": "true"}, capture_output=True,
+    env = {**os.environ, "ARM": "schedule", "SEEDS": "0", "RESULTS": str(results), "POSENC": str(fake),
+           "PYTHON": "true", "TABLES_ONLY": "1"}  # fmt: skip
+    only = subprocess.run(["bash", "scripts/kazemnejad.sh"], env=env, capture_output=True, text=True, timeout=120)
+    assert only.returncode == 0, only.stderr
+    calls = log.read_text().splitlines()
+    assert [line.split()[0] for line in calls] == ["runs", "compare", "train", "train", "runs", "compare"]
+    assert all(f"--runs {sweep} " in line for line in calls[:2])
+    assert all(f"--runs {at_mastery} " in line for line in calls[4:])
+    stopped = {line.split("encoder=")[1].split()[0]: line for line in calls[2:4]}
+    assert stopped["nope"].endswith(f"resume={runs['nope']}") and " train.stop_at_mastery=false" not in stopped["nope"]
+    assert stopped["t5"].endswith(f"resume={runs['t5'] / 'mastery.pt'}")
+    assert all(f"hydra.sweep.dir={at_mastery} " in line and " seed=0 task=copy " in line for line in calls[2:4])
+    log.unlink()  # training: every unfinished run afresh, none resumed from the mastery arm
+    done = subprocess.run(["bash", "scripts/kazemnejad.sh"], env={**env, "TABLES_ONLY": "0"}, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    trained = [line for line in log.read_text().splitlines() if line.startswith("train ")]
-    assert len(trained) == 10 and all("train.stop_at_mastery=false" in line for line in trained)
-    resumed = {line.split("encoder=")[1].split()[0]: line for line in trained if "resume=" in line}
-    assert list(resumed) == ["nope"] and "task=copy" in resumed["nope"]
-    assert resumed["nope"].endswith(f"resume={mastery / 'copy' / 'nope' / 'seed0'}")
+    trained = [line for line in log.read_text().splitlines() if f"hydra.sweep.dir={sweep} " in line]
+    assert len(trained) == 7 and all(line.endswith("train.stop_at_mastery=false") for line in trained)
     listed = listed_runs(Path("scripts/kazemnejad.sh"), results, ARM="schedule", SEEDS="0")
-    assert len(listed) == 10 and not any("resume=" in line for line in listed)
-    log.unlink()  # TABLES_ONLY=1 tabulates what is trained and trains nothing
-    (started / "metrics.json").write_text("{}")
-    only = subprocess.run(["bash", "scripts/kazemnejad.sh"], env={**env, "PYTHON": "true", "TABLES_ONLY": "1"},
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert only.returncode == 0, only.stderr
-    assert [line.split()[0] for line in log.read_text().splitlines()] == ["runs", "compare"]
+    assert [line.split("encoder=")[1].split()[0] for line in listed[:2]] == ["rope", "sinusoidal"]
+    assert len(listed) == 7 and not any("resume=" in line for line in listed)
 
 
 def test_the_long_arm_lists_the_papers_step_count_into_its_own_sweep(tmp_path):

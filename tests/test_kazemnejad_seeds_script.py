@@ -127,3 +127,42 @@ def test_the_seed_figure_is_the_same_file_for_the_same_seeds(tmp_path):
     for suffix in (".svg", ".png"):
         assert (tmp_path / "a").with_suffix(suffix).read_bytes() == (tmp_path / "b").with_suffix(suffix).read_bytes()
     assert not list(tmp_path.glob(".*.tmp"))  # written atomically, nothing left beside
+
+
+def test_the_schedule_arm_pairs_with_its_own_runs_stopped_at_mastery_and_compares_verdicts(tmp_path, monkeypatch):
+    """stopping_rule.md: schedule minus schedule_at_mastery (the same runs), with both sides' claim verdicts;
+    the mastery arm, other runs, is not its pair."""
+    import sys
+
+    script, stopped = _rows(0.2)
+    _, schedule = _rows(0.6)
+    _, mastery = _rows(0.0)
+    for arm, table in (("mastery", mastery), ("schedule_at_mastery", stopped), ("schedule", schedule)):
+        (tmp_path / arm).mkdir()
+        table.to_csv(tmp_path / arm / "extrapolation.csv")
+    asked = []
+    outcomes = pd.DataFrame({"claim": ["kazemnejad2023_copy"], "schedule_at_mastery": ["open"], "schedule": ["x"]})
+    monkeypatch.setattr(script, "verdicts", lambda folders: asked.append(folders) or outcomes)
+    monkeypatch.setattr(sys, "argv", ["kazemnejad_seeds.py", "--root", str(tmp_path)])
+    script.main()
+    text = (tmp_path / "stopping_rule.md").read_text()
+    assert text.startswith("# The stopping rule, paired by run") and "learned_schedule_at_mastery" in text
+    row = next(line for line in text.splitlines() if line.startswith("| copy"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[:3] == ["copy", "t5", "3"] and float(cells[7]) == pytest.approx(0.4)  # 0.6 - 0.2, not 0.6 - 0.0
+    assert asked == [{"schedule_at_mastery": tmp_path / "schedule_at_mastery", "schedule": tmp_path / "schedule"}]
+    assert "## The claims' verdicts on both sides" in text and "| kazemnejad2023_copy | open" in text
+
+
+def test_verdicts_say_whether_two_arms_agree_on_each_claim():
+    """On the committed arms: mastery (10000 steps: sides short of mastery) and long (40000) differ on every
+    claim, as their verdicts.md say; an arm beside itself agrees."""
+    from pathlib import Path
+
+    script = load_script("kazemnejad_seeds")
+    root = Path("results/kazemnejad")
+    differ = script.verdicts({"mastery": root / "mastery", "long": root / "long"})
+    assert differ["claim"].tolist() == list(script.CLAIMS) and not differ["same"].any()
+    assert set(differ["mastery"]) == {"not testable"} and set(differ["long"]) == {"inconclusive"}
+    agree = script.verdicts({"mastery": root / "mastery", "again": root / "mastery"})
+    assert agree["same"].all()

@@ -64,14 +64,19 @@ def _stops_at_mastery(config: dict[str, Any]) -> bool:
     return not isinstance(train, dict) or train.get("stop_at_mastery", True) is not False
 
 
-def goes_on_past_mastery(held: dict[str, Any], config: dict[str, Any]) -> bool:
-    """Whether ``config`` continues a checkpoint of ``held``, a run that stops at mastery, over the rest of its
-    schedule (``train.stop_at_mastery`` true there, false here). Up to the stop the two are one run: the flag
-    only decides whether the loop ends at the first check that met the target, and nothing the loop draws or
-    updates depends on it. So ``resume=PATH`` may start such a run from a stopped run's checkpoint, and it
-    trains exactly what the same configuration started afresh would (issue 39's schedule arm: the mastery
-    arm's runs, trained on past mastery, paired by construction)."""
-    return _stops_at_mastery(held) and not _stops_at_mastery(config)
+def same_run_up_to_mastery(held: dict[str, Any], config: dict[str, Any], state: dict[str, Any]) -> bool:
+    """Whether checkpoint ``state`` of ``held`` is also a checkpoint of ``config``, where the two configurations
+    differ in ``train.stop_at_mastery`` (and in nothing else: the caller compares the rest). The flag only
+    decides whether the loop ends at the first check that met the target; nothing the loop draws or updates
+    depends on it. So up to that check the two are one run, and a checkpoint taken before it (``learned_at``
+    None) or at it (``learned_at`` its step: the end of a run that stops, or a run's ``mastery.pt``) starts
+    ``config`` exactly where the same configuration started afresh would be. Issue 39's stopping rule: a run
+    that stopped at mastery continued over the rest of its schedule, and a run trained over its schedule
+    stopped at its mastery snapshot, each the same run on both sides, paired by construction."""
+    if _stops_at_mastery(held) == _stops_at_mastery(config):
+        return False
+    learned_at = state.get("learned_at")
+    return learned_at is None or learned_at == state.get("step")
 
 
 def _without_stop_rule(config: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +104,7 @@ def load_training_state(path: Path, config: dict[str, Any], source: str | None =
     if "optimizer" not in state:
         raise PosencError(f"cannot resume from {path}: it holds weights only, no training state")
     held = state["config"]
-    if source is not None and goes_on_past_mastery(held, config):
+    if source is not None and same_run_up_to_mastery(held, config, state):
         held, config = _without_stop_rule(held), _without_stop_rule(config)
     diff = config_difference(comparable(held), comparable(config))
     if diff and source is not None:
@@ -139,6 +144,7 @@ class StopSignals:
             signal.signal(signum, handler)
 
 
-def save_training_state(run_dir: Path, payload: dict[str, Any]) -> None:
-    """Write the checkpoint atomically: a kill at any moment leaves the previous one intact."""
-    run_files.atomic_write(Path(run_dir) / run_files.CHECKPOINT_FILE, lambda f: torch.save(payload, f))
+def save_training_state(run_dir: Path, payload: dict[str, Any], name: str = run_files.CHECKPOINT_FILE) -> None:
+    """Write the checkpoint (``name``: the run's ``checkpoint.pt``, or its ``mastery.pt``) atomically: a kill at
+    any moment leaves the previous one intact."""
+    run_files.atomic_write(Path(run_dir) / name, lambda f: torch.save(payload, f))

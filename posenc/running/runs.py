@@ -151,7 +151,8 @@ def check_training_folder(
     """Refuse, in one line, to train ``config`` into ``run_dir`` where a run file there is not this run's to
     go on from or write over: another configuration's ``config.yaml`` or ``metrics.json``, a damaged one, a
     ``metrics.json`` or ``history.csv`` without the checkpoint they end (a finished run whose checkpoint was
-    removed, or files posenc did not write), ``overrides.yaml`` or ``tracking.json`` without the run's config.
+    removed, or files posenc did not write), ``overrides.yaml`` or ``tracking.json`` without the run's config,
+    ``mastery.pt`` beside no checkpoint that met the target.
     ``state``: the checkpoint training goes on from (None: a fresh start); ``resumed_from``: ``resume=PATH``'s
     value, whose checkpoint starts a folder that must hold none of a run's results yet. Other files (notes,
     the folders of runs with overrides) are not run files and are left alone."""
@@ -166,7 +167,8 @@ def check_training_folder(
             raise PosencError(f"{err}; training would write over it: move it away, or {_ELSEWHERE}") from None
         if diff := config_difference(without_neutral(held), without_neutral(config)):
             raise PosencError(f"{run_dir / CONFIG_FILE} belongs to a different run: {diff}; {_ELSEWHERE}")
-    results = [name for name in (CHECKPOINT_FILE, METRICS_FILE, run_files.HISTORY_FILE) if name in present]
+    results = [name for name in (CHECKPOINT_FILE, METRICS_FILE, run_files.HISTORY_FILE, run_files.MASTERY_FILE)
+               if name in present]  # fmt: skip
     if resumed_from is not None and results:
         raise PosencError(
             f"resume={resumed_from}: {run_dir} already holds {', '.join(results)}; resume=PATH starts a "
@@ -185,6 +187,12 @@ def check_training_folder(
         _check_metrics(run_dir, config, state)
     if run_files.HISTORY_FILE in present:
         _check_history(run_dir, state)
+    if run_files.MASTERY_FILE in present and (state is None or state.get("learned_at") is None):
+        raise PosencError(
+            f"{run_dir / run_files.MASTERY_FILE} is not this run's: posenc writes it when the run first meets "
+            f"its mastery target, which {'no checkpoint here records' if state is None else 'it has not yet'}; "
+            f"training would write over it: move it away, or {_ELSEWHERE}"
+        )
 
 
 def _check_overrides(path: Path) -> None:

@@ -108,9 +108,9 @@ def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: di
     first, history, elapsed, checks, learned_at = _restore(state, model, optimizer, scheduler, data, run_dir)
     _warn_threads(state, device)
 
-    def checkpoint(step: int) -> None:
+    def checkpoint(step: int, name: str = run_files.CHECKPOINT_FILE) -> None:
         _check_finite(finite, step)  # never a checkpoint of weights a non-finite loss has touched
-        save_training_state(run_dir, {
+        save_training_state(run_dir, name=name, payload={
             "model": model.state_dict(), "config": config_dict, "step": step, "checks": checks,
             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "learned_at": learned_at,
             "rng": rng_states(data), "history": history, "elapsed": elapsed + time.perf_counter() - start,
@@ -151,10 +151,13 @@ def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: di
                     and step % t.check_every == 0
                     and _check(cfg, model, task, check_at, step, checks, tracker)
                 ):
-                    learned_at = step if learned_at is None else learned_at  # steps-to-learn: the first
                     if t.stop_at_mastery:
+                        learned_at = step if learned_at is None else learned_at  # steps-to-learn: the first
                         progress.update(bar, completed=t.steps)
                         break
+                    if learned_at is None:  # steps-to-learn: the first; and the run as stopping would end it
+                        learned_at = step
+                        checkpoint(step, run_files.MASTERY_FILE)
                 if t.checkpoint_every and step % t.checkpoint_every == 0 and step < t.steps:
                     checkpoint(step)
         seconds = elapsed + time.perf_counter() - start

@@ -66,11 +66,18 @@ def test_a_finished_run_whose_checkpoint_was_removed_is_not_trained_over(tmp_pat
     (run_files.METRICS_FILE, '{"exact_match": 1.0}\n', "holds metrics.json but no checkpoint.pt"),
     (run_files.OVERRIDES_FILE, "- lr=3\n", "overrides.yaml is not this run's: posenc writes it only beside"),
     (run_files.TRACKING_FILE, "{}\n", "tracking.json is not this run's"),
+    (run_files.MASTERY_FILE, "weights\n", "mastery.pt is not this run's: .* which no checkpoint here records"),
 ])  # fmt: skip
 def test_a_users_own_file_in_the_folder_is_refused_and_left_alone(tmp_path, name, text, match):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / name).write_text(text)
     refused(tmp_path / "run", match=match)
+
+
+def test_a_mastery_snapshot_beside_a_run_that_never_met_the_target_is_refused(tmp_path):
+    finished(tmp_path / "run", "train.check_every=0")  # no checks: learned_at stays None
+    (tmp_path / "run" / run_files.MASTERY_FILE).write_bytes(b"another run's")
+    refused(tmp_path / "run", "train.check_every=0", "resume=true", match="mastery.pt is not this run's: .* not yet")
 
 
 def test_a_refused_start_removes_only_the_empty_log_hydra_opened_for_it(tmp_path):

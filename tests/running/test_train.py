@@ -188,7 +188,8 @@ def test_a_stopped_run_continued_past_mastery_is_the_run_that_never_stopped(tmp_
     """resume=PATH of a run that stopped at mastery, with train.stop_at_mastery=false, trains exactly what
     the schedule-arm run started afresh trains: the same weights, optimizer state and metrics, bit for bit
     (in one process). Every encoder: any randomness the loop draws (randomized positions) must be in the
-    checkpoint. The other way (a run past its mastery continued as one that stops) is refused."""
+    checkpoint. The other way, the run that never stopped, stopped at its ``mastery.pt`` (taken at its first
+    check that met the target), is the run that stopped; its end past mastery cannot stop there and is refused."""
     base = (f"encoder={encoder}", "train.steps=9", "train.check_every=2", "train.checkpoint_every=4")
     schedule = (*base, "train.stop_at_mastery=false")
     scripted_checks(monkeypatch, [0.0, 1.0, 0.5, 1.0])
@@ -206,9 +207,18 @@ def test_a_stopped_run_continued_past_mastery_is_the_run_that_never_stopped(tmp_
     flat = lambda state: [v for g in state["state"].values() for v in g.values() if torch.is_tensor(v)]  # noqa: E731
     assert all(torch.equal(x, y) for x, y in zip(flat(a["optimizer"]), flat(b["optimizer"]), strict=True))
     assert history_steps(tmp_path / "continued") == history_steps(tmp_path / "fresh")
+    snapshot = tmp_path / "fresh" / run_files.MASTERY_FILE
+    assert torch.load(snapshot, weights_only=False)["step"] == 4
+    back = (*base, f"resume={snapshot}")
+    calls = scripted_checks(monkeypatch, [0.0])
+    assert drop(train(tiny_config(*back), tmp_path / "back", tiny_dict(*back))) == drop(stopped)
+    assert calls == []  # stopping at the snapshot trains and checks nothing
+    c, d = (torch.load(tmp_path / f / run_files.CHECKPOINT_FILE, weights_only=False) for f in ("mastery", "back"))
+    assert all(torch.equal(c["model"][k], d["model"][k]) for k in c["model"])
+    assert not (tmp_path / "mastery" / run_files.MASTERY_FILE).exists()  # a run that stops needs none
     with pytest.raises(PosencError, match="belongs to a different run: train.stop_at_mastery"):
-        back = (*base, f"resume={tmp_path / 'fresh'}")
-        train(tiny_config(*back), tmp_path / "back", tiny_dict(*back))
+        past = (*base, f"resume={tmp_path / 'fresh'}")
+        train(tiny_config(*past), tmp_path / "past", tiny_dict(*past))
 
 
 def test_the_default_stop_at_mastery_keeps_every_earlier_run_identity():
