@@ -66,7 +66,7 @@ class TrainConfig:
     check_every: int = 100
     check_sequences: int = 512
     # false: train the whole budget after the target is met (a fixed schedule, e.g. the Kazemnejad stopping-rule
-    # arm); steps-to-learn is still the first check that met it
+    # arm); steps-to-learn is still the first check that met it, and the state there is saved as mastery.pt
     stop_at_mastery: bool = True
     log_every: int = 50  # steps between progress/log updates
     checkpoint_every: int = 250  # steps between checkpoints (0: only at the end)
