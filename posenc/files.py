@@ -31,7 +31,7 @@ HISTORY_FILE = "history.csv"  # training curve
 LOG_FILE = "train.log"
 TRACKING_FILE = "tracking.json"  # posenc.running.tracking's: the tracked run's id, so that a resumed run logs into it
 # A run trained on past mastery (train.stop_at_mastery=false): its training state at the first check that met the
-# criterion, i.e. the checkpoint the same run stopping at mastery ends with (resume=PATH starts that run from it)
+# criterion, where the same run stopping at mastery ends (resume=<run>/mastery.pt with the flag true ends there)
 MASTERY_FILE = "mastery.pt"
 # The files `posenc train` writes into a run folder (train.log is Hydra's, appended to by every start).
 RUN_FILES = (CONFIG_FILE, OVERRIDES_FILE, CHECKPOINT_FILE, METRICS_FILE, HISTORY_FILE, TRACKING_FILE, MASTERY_FILE)

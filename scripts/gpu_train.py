@@ -68,7 +68,7 @@ SHARDS, SHARD_BYTES, TOTAL_BYTES = 6, 16 * 2**20, 64 * 2**20
 KEEP_FREE = 2**20  # of TOTAL_BYTES, for the manifest and the logs
 TAR_BLOCK = 512
 PROVENANCE = "device.json"  # written into each unpacked run folder: where its steps were trained
-RUN_FILES = ("config.yaml", "overrides.yaml", "checkpoint.pt", "metrics.json", "history.csv", "train.log")
+RUN_FILES = ("config.yaml", "overrides.yaml", "checkpoint.pt", "metrics.json", "history.csv", "mastery.pt", "train.log")
 DEVICE_LINE = re.compile(r"\bdevice (\w+) -> ")
 
 

@@ -74,18 +74,20 @@ tabulate() {  # SWEEP OUT: tabulate and evaluate what is trained (only what is n
 stop_at_mastery() {  # arm schedule: each finished run here, stopped at its first check that met the target, into
   # $at_mastery (once): resume=<run>/mastery.pt with train.stop_at_mastery true trains nothing and ends as the run
   # stopping at mastery ends; a run that never met it is its own stopped twin (resume=<run>, its whole schedule)
-  local metrics run rest task encoder seed source
+  local metrics run rest task encoder seed source twin
   find "$sweep" -name metrics.json -path '*/seed*/*' | sort | while read -r metrics; do
     run=$(dirname "$metrics")
     rest=${run#"$sweep"/}  # <task>/<encoder>/seed<N>/<override folder>
     task=${rest%%/*}; rest=${rest#*/}; encoder=${rest%%/*}; rest=${rest#*/}; seed=${rest%%/*}; seed=${seed#seed}
-    [ ! -f "$at_mastery/$task/$encoder/seed$seed/metrics.json" ] || continue
+    twin=$at_mastery/$task/$encoder/seed$seed
+    [ ! -f "$twin/metrics.json" ] || continue
     source=$run
     if [ -f "$run/mastery.pt" ]; then source=$run/mastery.pt; fi
+    if [ -f "$twin/checkpoint.pt" ]; then source=true; fi  # killed before its metrics: it finishes its own
     # a run that met the target without leaving mastery.pt (trained before 2026-12-08) is refused in one line
     "$posenc" train -m experiment=kazemnejad_matched "paths.results=$results" "hydra.sweep.dir=$at_mastery" \
-      hydra/launcher=basic progress=false "seed=$seed" "task=$task" "encoder=$encoder" "resume=$source" ||
-      echo "kazemnejad: $run could not be stopped at its mastery; it stays unpaired" >&2
+      hydra/launcher=basic progress=false "seed=$seed" "task=$task" "encoder=$encoder" "resume=$source" \
+      </dev/null || echo "kazemnejad: $run could not be stopped at its mastery; it stays unpaired" >&2
   done
 }
 tables() {  # the arm's tables, its runs stopped at mastery beside (arm schedule), every seed, the arms paired

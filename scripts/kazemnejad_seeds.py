@@ -145,23 +145,34 @@ def paired(base: pd.DataFrame, other: pd.DataFrame, arm: str = "schedule", base_
 
 
 def verdicts(folders: dict[str, Path]) -> pd.DataFrame:
-    """Each claim of :data:`CLAIMS`, its verdict in each folder (``posenc.analysis.claims.check``, as the folder's
-    verdicts.md gives it), and whether they agree: whether the arms' difference decides the outcome."""
+    """Each claim of :data:`CLAIMS`, its verdict in each folder (``posenc.analysis.claims.check``), judged on the
+    runs (task, encoder, seed) every folder has, and whether they agree: whether what differs between the arms
+    decides the outcome. ``runs_<arm>``: how many of the arm's runs the check read (its verdicts.md reads all of
+    its own, which may be more)."""
     from posenc.analysis.claims import check
     from posenc.analysis.compare import with_depth_means
     from posenc.analysis.evidence import TableEvidence
     from posenc.analysis.literature import CLAIMS as KNOWN
     from posenc.analysis.pipeline import compared_results
+    from posenc.analysis.store import Results
 
-    claims = {c.key: c for c in KNOWN}
-    judged = {}  # by folder: one folder named twice is read and checked once
-    for folder in {Path(f).resolve() for f in folders.values()}:
-        evidence = TableEvidence(with_depth_means(compared_results(folder)))
+    keys = ["task", "encoder", "seed"]
+    read = {f: compared_results(f) for f in {Path(f).resolve() for f in folders.values()}}  # each folder once
+    shared = set.intersection(*(set(map(tuple, r.evaluations[keys].to_numpy().tolist())) for r in read.values()))
+    claims, judged, counted = {c.key: c for c in KNOWN}, {}, {}
+    for folder, results in read.items():
+        ev = results.evaluations
+        ev = ev[[tuple(row) in shared for row in ev[keys].to_numpy().tolist()]]
+        ids = set(ev["run_id"])
+        kept = Results(ev, *(t[t["run_id"].isin(ids)] for t in (results.sequences, results.positions)))
+        evidence = TableEvidence(with_depth_means(kept))
         judged[folder] = {key: check(claims[key], evidence).outcome for key in CLAIMS}
+        counted[folder] = len(ids)
     rows = []
     for key in CLAIMS:
         outcome = {arm: judged[Path(folder).resolve()][key] for arm, folder in folders.items()}
-        rows.append({"claim": key, **outcome, "same": len(set(outcome.values())) == 1})
+        runs = {f"runs_{arm}": counted[Path(folder).resolve()] for arm, folder in folders.items()}
+        rows.append({"claim": key, **runs, **outcome, "same": len(set(outcome.values())) == 1})
     return pd.DataFrame(rows)
 
 
@@ -257,8 +268,9 @@ def main() -> None:
             )
             if arm == "schedule":  # the same runs on both sides: does the stopping rule change a verdict?
                 text += (
-                    "\n## The claims' verdicts on both sides\n\nEach arm's own verdict (its verdicts.md), on the "
-                    "same runs: where they differ, the stopping rule decides the outcome.\n\n"
+                    "\n## The claims' verdicts on both sides\n\nEach claim checked as each arm's verdicts.md "
+                    "checks it, on the runs both arms have (runs_*: how many each side read): where the verdicts "
+                    "differ, the stopping rule decides the outcome.\n\n"
                     + markdown(verdicts({base: args.root / base, arm: args.root / arm}))
                 )
             atomic_write_text(args.root / name, text)

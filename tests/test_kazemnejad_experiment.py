@@ -67,6 +67,12 @@ def test_the_schedule_arm_trains_afresh_and_stops_each_finished_run_at_its_maste
     (runs["t5"] / "mastery.pt").write_bytes(b"")
     (at_mastery / "copy" / "alibi" / "seed0").mkdir(parents=True)  # alibi's is stopped already
     (at_mastery / "copy" / "alibi" / "seed0" / "metrics.json").write_text("{}")
+    runs["rope"] = sweep / "copy" / "rope" / "seed0" / "train.stop_at_mastery=False"  # its stop was killed
+    runs["rope"].mkdir(parents=True)
+    (runs["rope"] / "metrics.json").write_text("{}")
+    (runs["rope"] / "mastery.pt").write_bytes(b"")
+    (at_mastery / "copy" / "rope" / "seed0").mkdir(parents=True)
+    (at_mastery / "copy" / "rope" / "seed0" / "checkpoint.pt").write_bytes(b"")
     log = tmp_path / "calls.txt"
     fake = tmp_path / "posenc"
     fake.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> {log}\n')
@@ -76,22 +82,23 @@ def test_the_schedule_arm_trains_afresh_and_stops_each_finished_run_at_its_maste
     only = subprocess.run(["bash", "scripts/kazemnejad.sh"], env=env, capture_output=True, text=True, timeout=120)
     assert only.returncode == 0, only.stderr
     calls = log.read_text().splitlines()
-    assert [line.split()[0] for line in calls] == ["runs", "compare", "train", "train", "runs", "compare"]
+    assert [line.split()[0] for line in calls] == ["runs", "compare", "train", "train", "train", "runs", "compare"]
     assert all(f"--runs {sweep} " in line for line in calls[:2])
-    assert all(f"--runs {at_mastery} " in line for line in calls[4:])
-    stopped = {line.split("encoder=")[1].split()[0]: line for line in calls[2:4]}
+    assert all(f"--runs {at_mastery} " in line for line in calls[5:])
+    stopped = {line.split("encoder=")[1].split()[0]: line for line in calls[2:5]}
     assert stopped["nope"].endswith(f"resume={runs['nope']}") and " train.stop_at_mastery=false" not in stopped["nope"]
     assert stopped["t5"].endswith(f"resume={runs['t5'] / 'mastery.pt'}")
-    assert all(f"hydra.sweep.dir={at_mastery} " in line and " seed=0 task=copy " in line for line in calls[2:4])
+    assert stopped["rope"].endswith(" resume=true")  # its twin began: it finishes from its own checkpoint
+    assert all(f"hydra.sweep.dir={at_mastery} " in line and " seed=0 task=copy " in line for line in calls[2:5])
     log.unlink()  # training: every unfinished run afresh, none resumed from the mastery arm
     done = subprocess.run(["bash", "scripts/kazemnejad.sh"], env={**env, "TABLES_ONLY": "0"}, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     trained = [line for line in log.read_text().splitlines() if f"hydra.sweep.dir={sweep} " in line]
-    assert len(trained) == 7 and all(line.endswith("train.stop_at_mastery=false") for line in trained)
+    assert len(trained) == 6 and all(line.endswith("train.stop_at_mastery=false") for line in trained)
     listed = listed_runs(Path("scripts/kazemnejad.sh"), results, ARM="schedule", SEEDS="0")
-    assert [line.split("encoder=")[1].split()[0] for line in listed[:2]] == ["rope", "sinusoidal"]
-    assert len(listed) == 7 and not any("resume=" in line for line in listed)
+    assert [line.split("encoder=")[1].split()[0] for line in listed[:2]] == ["sinusoidal", "nope"]
+    assert len(listed) == 6 and not any("resume=" in line for line in listed)
 
 
 def test_the_long_arm_lists_the_papers_step_count_into_its_own_sweep(tmp_path):

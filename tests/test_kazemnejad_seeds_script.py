@@ -156,13 +156,14 @@ def test_the_schedule_arm_pairs_with_its_own_runs_stopped_at_mastery_and_compare
 
 def test_verdicts_say_whether_two_arms_agree_on_each_claim():
     """On the committed arms: mastery (10000 steps: sides short of mastery) and long (40000) differ on every
-    claim, as their verdicts.md say; an arm beside itself agrees."""
+    claim, judged on the runs both hold (mastery's 101 of long's 150); an arm beside itself agrees."""
     from pathlib import Path
 
     script = load_script("kazemnejad_seeds")
     root = Path("results/kazemnejad")
     differ = script.verdicts({"mastery": root / "mastery", "long": root / "long"})
     assert differ["claim"].tolist() == list(script.CLAIMS) and not differ["same"].any()
+    assert set(differ["runs_long"]) == set(differ["runs_mastery"]) == {101}  # seeds 0-9, and NoPE copy's 14
     assert set(differ["mastery"]) == {"not testable"} and set(differ["long"]) == {"inconclusive"}
     agree = script.verdicts({"mastery": root / "mastery", "again": root / "mastery"})
     assert agree["same"].all()

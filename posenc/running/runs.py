@@ -187,11 +187,30 @@ def check_training_folder(
         _check_metrics(run_dir, config, state)
     if run_files.HISTORY_FILE in present:
         _check_history(run_dir, state)
-    if run_files.MASTERY_FILE in present and (state is None or state.get("learned_at") is None):
+    if run_files.MASTERY_FILE in present:
+        check_mastery_snapshot(run_dir, state)
+
+
+def check_mastery_snapshot(run_dir: Path, state: dict[str, Any] | None) -> None:
+    """``mastery.pt`` in ``run_dir`` is the state of the first check that met the target of the run whose
+    checkpoint is ``state`` (None: there is none): its step is the checkpoint's ``learned_at``. Refused in one
+    line otherwise (a stray file, or another run's: e.g. one left beside a run trained afresh elsewhere)."""
+    path = run_dir / run_files.MASTERY_FILE
+    learned_at = None if state is None else state.get("learned_at")
+    if learned_at is None:
         raise PosencError(
-            f"{run_dir / run_files.MASTERY_FILE} is not this run's: posenc writes it when the run first meets "
-            f"its mastery target, which {'no checkpoint here records' if state is None else 'it has not yet'}; "
-            f"training would write over it: move it away, or {_ELSEWHERE}"
+            f"{path} is not this run's: posenc writes it when the run first meets its mastery target, which "
+            f"{'no checkpoint here records' if state is None else 'it has not yet'}; training would write over "
+            f"it: move it away, or {_ELSEWHERE}"
+        )
+    try:
+        step = read_checkpoint(path).get("step")
+    except PosencError as err:
+        raise PosencError(f"{err}; move it away, or {_ELSEWHERE}") from None
+    if step != learned_at:
+        raise PosencError(
+            f"{path} is not this run's: it holds step {step}, and {run_dir / CHECKPOINT_FILE} first met its "
+            f"target at step {learned_at}; move it away, or {_ELSEWHERE}"
         )
 
 

@@ -27,7 +27,7 @@ from posenc.running.checkpoint import (
 )
 from posenc.running.config import RunConfig
 from posenc.running.evaluate import Scores, answer_loss, default_sequences, evaluate, resolve_device
-from posenc.running.runs import check_training_folder
+from posenc.running.runs import check_mastery_snapshot, check_training_folder, read_checkpoint
 from posenc.running.tracking import check_logger, open_tracker
 from posenc.task_facts import converged, has_mastery_criterion, loss_fall
 
@@ -107,15 +107,18 @@ def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: di
     # checks: [step, held-out exact match (lm: loss)] of every check; learned_at: the first that met the criterion
     first, history, elapsed, checks, learned_at = _restore(state, model, optimizer, scheduler, data, run_dir)
     _warn_threads(state, device)
+    _restore_mastery_snapshot(cfg, run_dir, state)
 
-    def checkpoint(step: int, name: str = run_files.CHECKPOINT_FILE) -> None:
+    def checkpoint(step: int, names: tuple[str, ...] = (run_files.CHECKPOINT_FILE,)) -> None:
         _check_finite(finite, step)  # never a checkpoint of weights a non-finite loss has touched
-        save_training_state(run_dir, name=name, payload={
+        payload = {
             "model": model.state_dict(), "config": config_dict, "step": step, "checks": checks,
             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "learned_at": learned_at,
             "rng": rng_states(data), "history": history, "elapsed": elapsed + time.perf_counter() - start,
             "threads": torch.get_num_threads(),
-        })  # fmt: skip
+        }  # fmt: skip
+        for name in names:
+            save_training_state(run_dir, payload, name)
 
     lo, hi = cfg.training_lengths(task)
     check_at = check_lengths(lo, hi)  # mastery is judged over the training distribution, not at L alone
@@ -143,9 +146,6 @@ def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: di
                     history.append(_log_row(step, length, logits, batch, scheduler.get_last_lr()[0]))
                     _report_row(cfg, history[-1], tracker, progress, bar)
                 progress.update(bar, completed=step)
-                if stop.received is not None:
-                    checkpoint(step)
-                    raise _interrupted(stop.received, step, t.steps, run_dir)
                 if (
                     t.check_every
                     and step % t.check_every == 0
@@ -155,9 +155,12 @@ def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: di
                         learned_at = step if learned_at is None else learned_at  # steps-to-learn: the first
                         progress.update(bar, completed=t.steps)
                         break
-                    if learned_at is None:  # steps-to-learn: the first; and the run as stopping would end it
-                        learned_at = step
-                        checkpoint(step, run_files.MASTERY_FILE)
+                    if learned_at is None:  # steps-to-learn: the first; and the run as stopping would end it,
+                        learned_at = step  # the checkpoint first: a kill between the two, and resuming copies it
+                        checkpoint(step, (run_files.CHECKPOINT_FILE, run_files.MASTERY_FILE))
+                if stop.received is not None:  # after the step's check: a resumed run never skips one
+                    checkpoint(step)
+                    raise _interrupted(stop.received, step, t.steps, run_dir)
                 if t.checkpoint_every and step % t.checkpoint_every == 0 and step < t.steps:
                     checkpoint(step)
         seconds = elapsed + time.perf_counter() - start
@@ -180,6 +183,17 @@ def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: di
         _record(run_dir, history, metrics, tracker)
         _log_outcome(cfg, metrics, seconds, (lo, hi), task)
         return metrics
+
+
+def _restore_mastery_snapshot(cfg: RunConfig, run_dir: Path, state: dict | None) -> None:
+    """A run trained past mastery, resumed from the checkpoint of its first check that met the target, without
+    its ``mastery.pt`` (killed between the two writes; or resume=PATH of a run that stopped there): that
+    checkpoint is the snapshot."""
+    snapshot = run_dir / run_files.MASTERY_FILE
+    if cfg.train.stop_at_mastery or state is None or snapshot.exists():
+        return
+    if state.get("learned_at") is not None and state["learned_at"] == state["step"]:
+        save_training_state(run_dir, state, run_files.MASTERY_FILE)
 
 
 def _finished_metrics(cfg: RunConfig, run_dir: Path, state: dict | None) -> dict[str, Any] | None:
@@ -513,4 +527,7 @@ def _resume_source(cfg: RunConfig, run_dir: Path) -> Path | None:
         raise PosencError(f"resume={cfg.resume}: no checkpoint there")
     if os.path.realpath(source) == os.path.realpath(run_dir / run_files.CHECKPOINT_FILE):
         return None  # the folder's own checkpoint: resumed as resume=true does
+    beside = source.parent / run_files.CHECKPOINT_FILE
+    if source.name == run_files.MASTERY_FILE and beside.is_file():  # a snapshot of the run it lies in, or refused
+        check_mastery_snapshot(source.parent, read_checkpoint(beside))
     return source

@@ -190,7 +190,7 @@ def test_a_stopped_run_continued_past_mastery_is_the_run_that_never_stopped(tmp_
     (in one process). Every encoder: any randomness the loop draws (randomized positions) must be in the
     checkpoint. The other way, the run that never stopped, stopped at its ``mastery.pt`` (taken at its first
     check that met the target), is the run that stopped; its end past mastery cannot stop there and is refused."""
-    base = (f"encoder={encoder}", "train.steps=9", "train.check_every=2", "train.checkpoint_every=4")
+    base = (f"encoder={encoder}", "train.steps=9", "train.check_every=2", "train.checkpoint_every=3")
     schedule = (*base, "train.stop_at_mastery=false")
     scripted_checks(monkeypatch, [0.0, 1.0, 0.5, 1.0])
     stopped = train(tiny_config(*base), tmp_path / "mastery", tiny_dict(*base))
@@ -214,11 +214,114 @@ def test_a_stopped_run_continued_past_mastery_is_the_run_that_never_stopped(tmp_
     assert drop(train(tiny_config(*back), tmp_path / "back", tiny_dict(*back))) == drop(stopped)
     assert calls == []  # stopping at the snapshot trains and checks nothing
     c, d = (torch.load(tmp_path / f / run_files.CHECKPOINT_FILE, weights_only=False) for f in ("mastery", "back"))
-    assert all(torch.equal(c["model"][k], d["model"][k]) for k in c["model"])
+    assert same_state(c, d)  # weights, optimizer, scheduler, every RNG, checks, history: all but the clock
     assert not (tmp_path / "mastery" / run_files.MASTERY_FILE).exists()  # a run that stops needs none
     with pytest.raises(PosencError, match="belongs to a different run: train.stop_at_mastery"):
         past = (*base, f"resume={tmp_path / 'fresh'}")
         train(tiny_config(*past), tmp_path / "past", tiny_dict(*past))
+
+
+def same_state(a: dict, b: dict) -> bool:
+    """Two checkpoint payloads hold the same training state: every entry but the clock, config and threads."""
+
+    def equal(x, y) -> bool:
+        if torch.is_tensor(x) or torch.is_tensor(y):
+            return torch.is_tensor(x) and torch.is_tensor(y) and torch.equal(x, y)
+        if isinstance(x, dict) and isinstance(y, dict):
+            return x.keys() == y.keys() and all(equal(x[k], y[k]) for k in x)
+        if isinstance(x, list | tuple) and isinstance(y, list | tuple):
+            return len(x) == len(y) and all(equal(u, v) for u, v in zip(x, y, strict=True))
+        return x == y
+
+    skip = {"elapsed", "config", "threads"}
+    return a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a if k not in skip)
+
+
+def stop_at_step(monkeypatch, at: int) -> None:
+    """A stop signal (SIGTERM) arrives during training step ``at``, before that step's mastery check."""
+    import signal
+
+    import posenc.running.train as training
+
+    steps, stops, real_step = [0], [], training.optimizer_step
+
+    class Signals(training.StopSignals):
+        def __enter__(self):
+            stops.append(self)
+            return super().__enter__()
+
+    def step(*args, **kwargs):
+        steps[0] += 1
+        if steps[0] == at:
+            stops[-1].received = signal.SIGTERM
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(training, "StopSignals", Signals)
+    monkeypatch.setattr(training, "optimizer_step", step)
+
+
+def test_a_stop_signal_at_a_check_step_saves_after_the_check(tmp_path, monkeypatch):
+    """SIGTERM during step 4, a check step where the target is first met: the check runs, its mastery.pt and
+    the checkpoint are written, and the run resumed from there is the run never interrupted."""
+    from posenc.running.checkpoint import TrainingInterrupted
+
+    overrides = ("train.steps=9", "train.check_every=2", "train.checkpoint_every=5", "train.stop_at_mastery=false")
+    scripted_checks(monkeypatch, [0.0, 1.0, 0.5, 1.0])
+    whole = train(tiny_config(*overrides), tmp_path / "whole", tiny_dict(*overrides))
+    scripted_checks(monkeypatch, [0.0, 1.0])
+    stop_at_step(monkeypatch, 4)
+    with pytest.raises(TrainingInterrupted, match="SIGTERM at step 4/9"):
+        train(tiny_config(*overrides), tmp_path / "cut", tiny_dict(*overrides))
+    state = torch.load(tmp_path / "cut" / run_files.CHECKPOINT_FILE, weights_only=False)
+    assert (state["step"], state["learned_at"], state["checks"]) == (4, 4, [[2, 0.0], [4, 1.0]])
+    monkeypatch.undo()
+    scripted_checks(monkeypatch, [0.5, 1.0])
+    again = train(tiny_config(*overrides), tmp_path / "cut", tiny_dict(*overrides))
+    drop = lambda m: {k: v for k, v in m.items() if k != "train_seconds"}  # noqa: E731
+    assert drop(again) == drop(whole)
+    a, b = (torch.load(tmp_path / f / run_files.MASTERY_FILE, weights_only=False) for f in ("whole", "cut"))
+    assert same_state(a, b) and a["step"] == 4
+
+
+def test_a_kill_between_the_checkpoint_and_mastery_pt_loses_no_snapshot(tmp_path, monkeypatch):
+    """The checkpoint of the first check that met the target is written first, then mastery.pt: killed between
+    the two, the resumed run writes mastery.pt from that checkpoint, and ends as the run never killed."""
+    overrides = ("train.steps=9", "train.check_every=2", "train.checkpoint_every=5", "train.stop_at_mastery=false")
+    scripted_checks(monkeypatch, [0.0, 1.0, 0.5, 1.0])
+    whole = train(tiny_config(*overrides), tmp_path / "whole", tiny_dict(*overrides))
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    snapshot = torch.load(tmp_path / "whole" / run_files.MASTERY_FILE, weights_only=False)
+    torch.save(snapshot, cut / run_files.CHECKPOINT_FILE)  # as the kill leaves it: the checkpoint at step 4 only
+    (cut / run_files.CONFIG_FILE).write_bytes((tmp_path / "whole" / run_files.CONFIG_FILE).read_bytes())
+    (cut / run_files.HISTORY_FILE).write_text(run_files.history_csv(snapshot["history"]))
+    scripted_checks(monkeypatch, [0.5, 1.0])
+    again = train(tiny_config(*overrides, "resume=true"), cut, tiny_dict(*overrides, "resume=true"))
+    drop = lambda m: {k: v for k, v in m.items() if k != "train_seconds"}  # noqa: E731
+    assert drop(again) == drop(whole)
+    assert same_state(torch.load(cut / run_files.MASTERY_FILE, weights_only=False), snapshot)
+
+
+def test_a_mastery_snapshot_of_another_run_is_refused_beside_a_run_and_as_a_source(tmp_path, monkeypatch):
+    """mastery.pt must hold the step where its folder's checkpoint first met the target (e.g. not one left
+    beside a run trained afresh elsewhere since): refused in one line, in training and as resume=PATH."""
+    overrides = ("train.steps=9", "train.check_every=2", "train.stop_at_mastery=false")
+    scripted_checks(monkeypatch, [0.0, 0.0, 1.0])
+    train(tiny_config(*overrides), tmp_path / "run", tiny_dict(*overrides))  # first met at step 6
+    scripted_checks(monkeypatch, [1.0])
+    train(tiny_config(*overrides), tmp_path / "other", tiny_dict(*overrides))  # first met at step 2
+    (tmp_path / "run" / run_files.MASTERY_FILE).write_bytes((tmp_path / "other" / run_files.MASTERY_FILE).read_bytes())
+    (tmp_path / "run" / run_files.METRICS_FILE).unlink()  # so that training reads the folder again
+    state = torch.load(tmp_path / "run" / run_files.CHECKPOINT_FILE, weights_only=False)
+    state["step"] = 8
+    torch.save(state, tmp_path / "run" / run_files.CHECKPOINT_FILE)
+    (tmp_path / "run" / run_files.HISTORY_FILE).write_text(run_files.history_csv(state["history"][:-1]))
+    message = "mastery.pt is not this run's: it holds step 2, and .* first met its target at step 6"
+    with pytest.raises(PosencError, match=message):
+        train(tiny_config(*overrides, "resume=true"), tmp_path / "run", tiny_dict(*overrides, "resume=true"))
+    source = f"resume={tmp_path / 'run' / run_files.MASTERY_FILE}"
+    with pytest.raises(PosencError, match=message):
+        train(tiny_config(source), tmp_path / "twin", tiny_dict(source))
 
 
 def test_the_default_stop_at_mastery_keeps_every_earlier_run_identity():
