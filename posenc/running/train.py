@@ -166,18 +166,9 @@ def _train(cfg: RunConfig, run_dir: Path, config_dict: dict[str, Any], state: di
         seconds = elapsed + time.perf_counter() - start
         # a learned checkpoint resumed trains nothing (stopping at mastery), else the loop ran to `step`
         trained = learned_at if learned_at is not None and t.stop_at_mastery else step
-        metrics = _final_metrics(
-            cfg,
-            evaluate(model, task, cfg.task.length, t.eval_sequences),
-            trained,
-            seconds,
-            device,
-            n_params,
-            learned_at,
-            checks,
-            (lo, hi),
-            check_at,
-        )
+        scores = evaluate(model, task, cfg.task.length, t.eval_sequences)
+        span = (lo, hi)
+        metrics = _final_metrics(cfg, scores, trained, seconds, device, n_params, learned_at, checks, span, check_at)
         metrics.update(_identity_of(config_dict))
         checkpoint(trained)
         _record(run_dir, history, metrics, tracker)
